@@ -1,0 +1,1 @@
+"""Data package: the versioned pattern catalog (``patterns.yaml``)."""

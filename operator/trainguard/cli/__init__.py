@@ -1,0 +1,1 @@
+"""The ``trainguard`` command line: thin shells over the engine's functions."""

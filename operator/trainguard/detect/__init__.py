@@ -1,0 +1,1 @@
+"""Detection: catalog patterns, the multi-pattern matcher, and crash/hang/straggler detectors."""

@@ -1,0 +1,31 @@
+"""Advice: the desired state for one attempt of one workload, the executor's input."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainguard.model import vocab
+
+
+class Advice(BaseModel):
+    """What should happen next to (workload, attempt), generation ``generation``.
+
+    The executor keys everything on (workload, attempt, generation): a restarted process
+    re-reads the scheduler and never repeats an action that already took effect.
+    ``deadline`` (epoch seconds) is when the watchdog gives up and releases the workload
+    to the scheduler's default behaviour.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    workload: str
+    attempt: int
+    generation: int = Field(ge=1)
+    action: vocab.AdviceAction
+    exclude_nodes: list[str] = Field(default_factory=list)
+    drain_nodes: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list)
+    mode: vocab.Mode = vocab.Mode.MONITOR
+    deadline: float | None = None
+    decided_by: vocab.Decider = vocab.Decider.POLICY_ENGINE
+    policy: str = ""

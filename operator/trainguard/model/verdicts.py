@@ -1,0 +1,27 @@
+"""Verdict: attribution's answer to an anomaly."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainguard.model import vocab
+
+
+class Verdict(BaseModel):
+    """Where the failure comes from and which nodes are suspect.
+
+    ``source`` names who decided (``builtin`` rules or the external service URL);
+    ``fallback_reason`` is set when the external service failed and the built-in
+    verdict was used instead.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    attribution: vocab.Attribution
+    category: vocab.Category
+    suspect_nodes: list[str] = Field(default_factory=list)
+    suspect_ranks: list[int] = Field(default_factory=list)
+    confidence: float = Field(default=0.5, ge=0.0, le=1.0)
+    source: str = "builtin"
+    reasons: list[str] = Field(default_factory=list)
+    fallback_reason: str | None = None

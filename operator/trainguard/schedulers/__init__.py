@@ -1,0 +1,1 @@
+"""Scheduler adapters: one Protocol (``base.Scheduler``), one module per transport."""

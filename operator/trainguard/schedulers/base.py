@@ -1,0 +1,72 @@
+"""The scheduler interface the executor and job discovery talk to.
+
+Every adapter (slurm-local, slurm-ssh, slurm-rest, JobSet later) implements this
+Protocol. Operations are idempotent from the caller's view: an "already done" answer
+(requeue of a pending job, release of a job that is not held, drain of a drained node)
+is success, not an error. Errors that mean "cannot do this here" raise
+``Unsupported``; anything else raises ``SchedulerError`` with the scheduler's message.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from trainguard.model import workloads
+
+OUR_REASON_PREFIX = "trainguard:"
+"""Every reason/comment we write starts with this, so we only ever undo our own changes."""
+
+
+class SchedulerError(RuntimeError):
+    """The scheduler refused or failed an operation; the message is the scheduler's."""
+
+
+class Unsupported(SchedulerError):
+    """This transport cannot perform the operation (e.g. requeue over slurmrestd < v0.0.45)."""
+
+
+class JobGone(SchedulerError):
+    """The job no longer exists in the scheduler (purged, or never existed)."""
+
+
+class Scheduler(Protocol):
+    """A batch scheduler, seen through the operations recovery needs."""
+
+    name: str
+    """Transport name for logs and the audit trail, e.g. ``slurm-local``."""
+
+    async def list_jobs(self) -> list[workloads.JobSnapshot]:
+        """Active and recently finished jobs whose comment opts in (``trainguard ...``)."""
+        ...
+
+    async def get_job(self, job_id: str) -> workloads.JobSnapshot:
+        """A fresh read of one job; raises JobGone if the scheduler does not know it."""
+        ...
+
+    async def requeue(self, job_id: str) -> None: ...
+
+    async def requeue_hold(self, job_id: str) -> None:
+        """Requeue and hold, so the job can be changed (e.g. exclusions) before it starts."""
+        ...
+
+    async def hold(self, job_id: str) -> None: ...
+
+    async def release(self, job_id: str) -> None: ...
+
+    async def exclude_nodes(self, job_id: str, nodes: list[str]) -> None:
+        """Merge ``nodes`` into the job's excluded nodes. Pending jobs only; known nodes only."""
+        ...
+
+    async def cancel(self, job_id: str) -> None: ...
+
+    async def list_nodes(self) -> list[workloads.NodeSnapshot]: ...
+
+    async def drain_node(self, node: str, reason: str) -> None:
+        """Drain ``node``; the reason is prefixed with OUR_REASON_PREFIX."""
+        ...
+
+    async def resume_node(self, node: str) -> None:
+        """Resume ``node`` only if our prefix is on its drain reason; else raise SchedulerError."""
+        ...
+
+    async def close(self) -> None: ...
