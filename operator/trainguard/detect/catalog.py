@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from trainguard.model import patterns
+from trainguard.model import patterns as specs
 
 
 class CatalogError(ValueError):
@@ -26,8 +26,8 @@ class Catalog:
     """An ordered, id-unique set of patterns. Order is the matcher's index order."""
 
     version: str
-    patterns: tuple[patterns.PatternSpec, ...]
-    by_id: dict[str, patterns.PatternSpec] = field(default_factory=dict, compare=False)
+    patterns: tuple[specs.PatternSpec, ...]
+    by_id: dict[str, specs.PatternSpec] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         self.by_id.clear()
@@ -36,7 +36,7 @@ class Catalog:
                 raise CatalogError(f"duplicate pattern id {spec.id!r}")
             self.by_id[spec.id] = spec
 
-    def extended(self, extra: Iterable[patterns.PatternSpec], version_suffix: str = "+local") -> Catalog:
+    def extended(self, extra: Iterable[specs.PatternSpec], version_suffix: str = "+local") -> Catalog:
         """A new catalog with ``extra`` appended; an extra entry with an existing id replaces it."""
         extra = list(extra)
         if not extra:
@@ -46,7 +46,7 @@ class Catalog:
         return Catalog(version=self.version + version_suffix, patterns=kept + tuple(extra))
 
 
-def _parse(document: Any, origin: str) -> tuple[str, list[patterns.PatternSpec]]:
+def _parse(document: Any, origin: str) -> tuple[str, list[specs.PatternSpec]]:
     if isinstance(document, list):
         version, entries = "", document
     elif isinstance(document, dict) and isinstance(document.get("patterns"), list):
@@ -56,7 +56,7 @@ def _parse(document: Any, origin: str) -> tuple[str, list[patterns.PatternSpec]]
     specs = []
     for index, entry in enumerate(entries):
         try:
-            specs.append(patterns.PatternSpec.model_validate(entry))
+            specs.append(specs.PatternSpec.model_validate(entry))
         except ValidationError as exc:
             ident = entry.get("id", f"#{index}") if isinstance(entry, dict) else f"#{index}"
             raise CatalogError(f"{origin}: pattern {ident}: {exc}") from exc
@@ -70,7 +70,7 @@ def load_builtin() -> Catalog:
     return Catalog(version=version, patterns=tuple(specs))
 
 
-def load_file(path: Path) -> list[patterns.PatternSpec]:
+def load_file(path: Path) -> list[specs.PatternSpec]:
     """Operator patterns from a YAML file (same schema as the built-in catalog)."""
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -80,10 +80,10 @@ def load_file(path: Path) -> list[patterns.PatternSpec]:
 
 
 def load_catalog(
-    extra_files: Sequence[Path] = (), extra_specs: Sequence[patterns.PatternSpec] = ()
+    extra_files: Sequence[Path] = (), extra_specs: Sequence[specs.PatternSpec] = ()
 ) -> Catalog:
     """The built-in catalog extended by operator files and inline specs (e.g. from a policy)."""
-    extra: list[patterns.PatternSpec] = []
+    extra: list[specs.PatternSpec] = []
     for path in extra_files:
         extra.extend(load_file(path))
     extra.extend(extra_specs)
