@@ -53,21 +53,21 @@ def _parse(document: Any, origin: str) -> tuple[str, list[specs.PatternSpec]]:
         version, entries = str(document.get("version", "")), document["patterns"]
     else:
         raise CatalogError(f"{origin}: expected a list of patterns or a mapping with 'patterns:'")
-    specs = []
+    parsed: list[specs.PatternSpec] = []
     for index, entry in enumerate(entries):
         try:
-            specs.append(specs.PatternSpec.model_validate(entry))
+            parsed.append(specs.PatternSpec.model_validate(entry))
         except ValidationError as exc:
             ident = entry.get("id", f"#{index}") if isinstance(entry, dict) else f"#{index}"
             raise CatalogError(f"{origin}: pattern {ident}: {exc}") from exc
-    return version, specs
+    return version, parsed
 
 
 def load_builtin() -> Catalog:
     """The catalog shipped in the package."""
     text = resources.files("trainguard.catalog").joinpath("patterns.yaml").read_text(encoding="utf-8")
-    version, specs = _parse(yaml.safe_load(text), "builtin catalog")
-    return Catalog(version=version, patterns=tuple(specs))
+    version, parsed = _parse(yaml.safe_load(text), "builtin catalog")
+    return Catalog(version=version, patterns=tuple(parsed))
 
 
 def load_file(path: Path) -> list[specs.PatternSpec]:
