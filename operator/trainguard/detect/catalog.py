@@ -5,6 +5,7 @@ Neighbours: ``model.patterns`` (the schema), ``detect.matcher`` (compiles a cata
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -15,6 +16,8 @@ import yaml
 from pydantic import ValidationError
 
 from trainguard.model import patterns as specs
+
+_UNICODE_ESCAPES = frozenset("wWdDsSbB")
 
 
 class CatalogError(ValueError):
@@ -54,13 +57,74 @@ def _parse(document: Any, origin: str) -> tuple[str, list[specs.PatternSpec]]:
     else:
         raise CatalogError(f"{origin}: expected a list of patterns or a mapping with 'patterns:'")
     parsed: list[specs.PatternSpec] = []
+    seen: set[str] = set()
     for index, entry in enumerate(entries):
+        ident = entry.get("id", f"#{index}") if isinstance(entry, dict) else f"#{index}"
         try:
-            parsed.append(specs.PatternSpec.model_validate(entry))
+            spec = specs.PatternSpec.model_validate(entry)
         except ValidationError as exc:
-            ident = entry.get("id", f"#{index}") if isinstance(entry, dict) else f"#{index}"
             raise CatalogError(f"{origin}: pattern {ident}: {exc}") from exc
+        if spec.id in seen:
+            raise CatalogError(f"{origin}: duplicate pattern id {spec.id!r}")
+        seen.add(spec.id)
+        if _matches_empty(spec.regex):
+            raise CatalogError(
+                f"{origin}: pattern {spec.id}: regex {spec.regex!r} matches the empty string "
+                "(it would match every line)"
+            )
+        parsed.append(spec)
     return version, parsed
+
+
+def _matches_empty(regex: str) -> bool:
+    flags = re.IGNORECASE if regex.startswith("(?i)") else 0
+    return re.compile(regex.removeprefix("(?i)"), flags).search("") is not None
+
+
+def agreement_problems(regex: str) -> list[str]:
+    """Constructs in ``regex`` on which Python re, RE2, Hyperscan and ripgrep may disagree.
+
+    ``PatternSpec.check_portable`` guarantees every engine *accepts* a regex; this goes
+    further, for ``scan_file`` to give ripgrep's exact counts on arbitrary bytes. Hyperscan
+    and our chunk scan work on bytes, ripgrep and Python on Unicode text, so ``.``, the
+    ``\\w \\d \\s \\b`` families, negated classes, case folding and non-ASCII literals can
+    differ on invalid UTF-8 or non-ASCII text, and a negated class can run across a newline
+    in a multi-line chunk. The built-in catalog has none of these; operator patterns get
+    a warning (``trainguard patterns test``), not a refusal.
+    """
+    problems: list[str] = []
+    if regex.startswith("(?i)"):
+        problems.append("(?i) case folding differs between byte and Unicode engines")
+    if not regex.isascii():
+        problems.append("non-ASCII characters are matched as bytes by Hyperscan")
+    in_class = False
+    index = 0
+    while index < len(regex):
+        char = regex[index]
+        if char == "\\" and index + 1 < len(regex):
+            if regex[index + 1] in _UNICODE_ESCAPES:
+                problems.append(f"\\{regex[index + 1]} is Unicode-aware in ripgrep/Python, ASCII in Hyperscan/RE2")
+            index += 2
+            continue
+        if in_class:
+            if char == "]":
+                in_class = False
+        elif char == "[":
+            in_class = True
+            if regex.startswith("[^", index):
+                problems.append("a negated class [^...] also matches newlines and invalid UTF-8 bytes")
+            if regex.startswith("]", index + 1) or regex.startswith("^]", index + 1):
+                index += 2 if regex[index + 1] == "]" else 3
+                continue
+        elif char == ".":
+            problems.append("'.' matches one byte in Hyperscan but one valid character in ripgrep")
+        index += 1
+    body = regex.rstrip(")")
+    if body.endswith(("]*", "]+", "]{0,}", "]{1,}", ".*", ".+")):
+        gap = body[body.rfind("[") :] if body[-2:] not in (".*", ".+") else "."
+        if gap == "." or " " in gap or "-~" in gap:
+            problems.append("a trailing line-wide repeat reports a match per byte; end on a literal")
+    return sorted(set(problems))
 
 
 def load_builtin() -> Catalog:
@@ -74,14 +138,12 @@ def load_file(path: Path) -> list[specs.PatternSpec]:
     """Operator patterns from a YAML file (same schema as the built-in catalog)."""
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise CatalogError(f"{path}: {exc}") from exc
     return _parse(document, str(path))[1]
 
 
-def load_catalog(
-    extra_files: Sequence[Path] = (), extra_specs: Sequence[specs.PatternSpec] = ()
-) -> Catalog:
+def load_catalog(extra_files: Sequence[Path] = (), extra_specs: Sequence[specs.PatternSpec] = ()) -> Catalog:
     """The built-in catalog extended by operator files and inline specs (e.g. from a policy)."""
     extra: list[specs.PatternSpec] = []
     for path in extra_files:

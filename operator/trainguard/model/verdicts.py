@@ -12,7 +12,7 @@ class Verdict(BaseModel):
 
     ``source`` names who decided (``builtin`` rules or the external service URL);
     ``fallback_reason`` is set when the external service failed and the built-in
-    verdict was used instead.
+    verdict was used instead. ``lemon_nodes`` are suspects with a lemon record.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -25,3 +25,5 @@ class Verdict(BaseModel):
     source: str = "builtin"
     reasons: list[str] = Field(default_factory=list)
     fallback_reason: str | None = None
+    lemon_nodes: list[str] = Field(default_factory=list)
+    """Suspects that are also lemons (implicated again and again across jobs); the policy may drain them."""

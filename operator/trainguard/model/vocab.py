@@ -102,6 +102,8 @@ class Disposition(enum.StrEnum):
     PENDING = "Pending"
     CONVERGED = "Converged"
     ABANDONED = "Abandoned"
+    MONITORED = "Monitored"
+    """Monitor mode: what would be done was recorded; the scheduler was not changed."""
 
 
 class Decider(enum.StrEnum):

@@ -1,0 +1,92 @@
+# shellcheck shell=bash
+# hack/lib/common.sh: small helpers shared by the hack/ scripts (sourced, never run).
+#
+# The local-service scripts (local-slurm.sh, local-postgres.sh) start real daemons for
+# development and for the integration tests. They share: logging with the script's name,
+# a fatal error that shows the tail of the relevant log, package installation through
+# apt-get that never starts system daemons, pid-file bookkeeping, and atomic writes of
+# the env files that tests and developers `source`.
+
+# Repository root: hack/lib/.. /..
+TG_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TG_SCRIPT_NAME=${TG_SCRIPT_NAME:-$(basename "$0" .sh)}
+
+tg_log() { echo "[$TG_SCRIPT_NAME $(date +%T)] $*" >&2; }
+
+# tg_die MESSAGE [LOGFILE...]: print the message and the last lines of each log, exit 1.
+tg_die() {
+  local msg=$1 f
+  shift
+  echo "[$TG_SCRIPT_NAME] ERROR: $msg" >&2
+  for f in "$@"; do
+    [ -s "$f" ] || continue
+    echo "----- last lines of $f -----" >&2
+    tail -n 25 "$f" >&2
+    echo "-----" >&2
+  done
+  exit 1
+}
+
+tg_need_root() {
+  [ "$(id -u)" = 0 ] || tg_die "must run as root (it installs packages and starts daemons as other users)"
+}
+
+# tg_apt_install PKG...: install the packages that are missing, without starting any
+# system service (temporary policy-rc.d that answers 101 "action forbidden").
+tg_apt_install() {
+  local p missing=() prc=0
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  command -v apt-get >/dev/null || tg_die "missing packages ${missing[*]} and no apt-get to install them"
+  tg_log "installing ${missing[*]}"
+  apt-get update -qq || tg_die "apt-get update failed"
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    prc=1
+  fi
+  local rc=0
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+  [ $prc = 1 ] && rm -f /usr/sbin/policy-rc.d
+  [ $rc = 0 ] || tg_die "apt-get install ${missing[*]} failed (exit $rc)"
+}
+
+# tg_alive PIDFILE: true when the file names a running process.
+tg_alive() { [ -s "$1" ] && kill -0 "$(cat "$1" 2>/dev/null)" 2>/dev/null; }
+
+# tg_stop_pidfiles FILE...: SIGTERM every live process named by the files at once, wait
+# up to 15 s for all of them, then SIGKILL what is left. Removes the files.
+tg_stop_pidfiles() {
+  local f p pids=() left
+  for f in "$@"; do
+    [ -s "$f" ] || { rm -f "$f"; continue; }
+    p=$(cat "$f" 2>/dev/null)
+    if [[ "$p" =~ ^[0-9]+$ ]] && kill -0 "$p" 2>/dev/null; then
+      kill "$p" 2>/dev/null && pids+=("$p")
+    fi
+    rm -f "$f"
+  done
+  [ ${#pids[@]} -eq 0 ] && return 0
+  for _ in $(seq 150); do
+    left=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
+    [ $left = 0 ] && return 0
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do
+    kill -0 "$p" 2>/dev/null && { tg_log "pid $p ignored SIGTERM: SIGKILL"; kill -9 "$p" 2>/dev/null; }
+  done
+  return 0
+}
+
+# tg_write_atomic FILE [MODE]: write stdin to FILE through a temp file in the same directory
+# and a rename, so a reader never sees half a file. MODE defaults to 644.
+tg_write_atomic() {
+  local dest=$1 mode=${2:-644} tmp
+  tmp=$(mktemp "$dest.XXXXXX")
+  cat > "$tmp"
+  chmod "$mode" "$tmp"
+  mv -f "$tmp" "$dest"
+}

@@ -1,0 +1,153 @@
+"""The executor: observe, compare, act, verify, report, once per advice generation.
+
+Place in the loop: after ``policy`` (which produces an Advice) and the audit store;
+before ``watchdog`` (which takes over when a generation fails or runs out of time).
+
+Order of writes, so that a crash at any point is resumed and never repeated:
+1. ``reconcile`` writes the advice row itself first (idempotent: a caller that already
+   wrote it loses nothing); the audit record exists before the scheduler is touched.
+2. It re-reads the job (observe). If the desired state already holds it records an
+   outcome "already satisfied" (Converged) and stops.
+3. For each named step (``steps.plan``) it re-reads the job, skips a step whose effect is
+   already visible, otherwise commits an action INTENT row keyed by (workload, attempt,
+   generation, step), calls the scheduler, and commits the result.
+4. It verifies with a fresh read and records the outcome (Converged), or hands the
+   generation to the watchdog (Abandoned), which releases any hold we placed.
+
+A restarted process that finds an intent without a result re-reads the scheduler and
+decides from its state whether the step took effect (e.g. the restart count advanced =>
+the requeue happened => it is marked done, not repeated). In Monitor mode the steps are
+recorded as ``skipped: monitor mode`` and no mutating scheduler method is called.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from trainguard.act import ports, steps, watchdog
+from trainguard.model import actions, advice, clock, vocab
+
+logger = logging.getLogger(__name__)
+
+BlastLimit = Callable[[advice.Advice], Awaitable[str | None]]
+"""Returns why acting on this advice now would exceed a blast-radius limit, or None to allow."""
+
+MONITOR_SKIP = "skipped: monitor mode"
+ALREADY_IN_EFFECT = "already in effect"
+
+
+class Executor:
+    """Carries out advice generations against one scheduler, recording every step."""
+
+    def __init__(
+        self, scheduler: ports.JobScheduler, ledger: ports.Ledger, clock_: clock.Clock, *,
+        blast_limit: BlastLimit | None = None,
+    ) -> None:
+        self._scheduler = scheduler
+        self._ledger = ledger
+        self._clock = clock_
+        self._blast_limit = blast_limit
+        self.watchdog = watchdog.Watchdog(scheduler, ledger, clock_)
+
+    async def reconcile(self, item: advice.Advice) -> vocab.Disposition:
+        """Bring the scheduler to ``item``'s desired state (or record what would be done)."""
+        await self._ledger.record_advice(item, at=self._clock.now())
+        closed = await self._ledger.get_outcome(item.workload, item.attempt, item.generation)
+        if closed is not None:
+            return closed.disposition
+        job_id = await self._ledger.job_id_of(item.workload)
+        if job_id is None:
+            return await self.watchdog.abandon(item, f"no scheduler job id recorded for workload {item.workload}")
+        try:
+            return await self._reconcile(item, job_id)
+        except Exception as exc:  # scheduler errors and anything unexpected: fall back, never leave it held
+            logger.exception("executor failed on %s generation %d", item.workload, item.generation)
+            return await self.watchdog.abandon(item, f"executor error: {type(exc).__name__}: {exc}")
+
+    async def _observe(self, item: advice.Advice, job_id: str) -> steps.Observation:
+        job = await self._scheduler.get_job(job_id)
+        if not item.drain_nodes:
+            return steps.Observation(job)
+        return steps.Observation(job, {n.name: n for n in await self._scheduler.list_nodes()})
+
+    async def _close(self, item: advice.Advice, disposition: vocab.Disposition, detail: str) -> vocab.Disposition:
+        outcome = await self._ledger.record_outcome(actions.OutcomeRecord(
+            workload=item.workload, attempt=item.attempt, generation=item.generation, disposition=disposition,
+            detail=detail, decided_by=item.decided_by, at=self._clock.now(),
+        ))
+        return outcome.disposition
+
+    def _row(self, item: advice.Advice, step: steps.Step, status: actions.ActionStatus,
+             error: str = "") -> actions.ActionRecord:
+        return actions.ActionRecord(
+            workload=item.workload, attempt=item.attempt, generation=item.generation, step=step.name,
+            operation=step.operation, args=step.args, status=status, error=error, decided_by=item.decided_by,
+        )
+
+    async def _finish(self, item: advice.Advice, step: steps.Step, status: actions.ActionStatus,
+                      error: str = "") -> None:
+        await self._ledger.finish_action(workload=item.workload, attempt=item.attempt, generation=item.generation,
+                                         step=step.name, status=status, at=self._clock.now(), error=error)
+
+    def _expired(self, item: advice.Advice) -> bool:
+        return item.deadline is not None and self._clock.now() >= item.deadline
+
+    async def _reconcile(self, item: advice.Advice, job_id: str) -> vocab.Disposition:
+        if self._expired(item):
+            return await self.watchdog.abandon(item, "deadline passed before the executor started")
+        plan = steps.plan(item, job_id)
+        rows = {r.step: r for r in await self._ledger.actions_for(item.workload, item.attempt, item.generation)}
+        seen = await self._observe(item, job_id)
+        if not rows and not steps.unmet(item, seen):
+            return await self._close(item, vocab.Disposition.CONVERGED, "already satisfied")
+        if item.mode is vocab.Mode.MONITOR:
+            for step in plan:
+                await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.SKIPPED, MONITOR_SKIP),
+                                                at=self._clock.now())
+            return await self._close(item, vocab.Disposition.MONITORED,
+                                     f"monitor mode: would run {', '.join(s.name for s in plan) or 'nothing'}")
+        if not rows and self._blast_limit is not None:
+            blocked = await self._blast_limit(item)
+            if blocked:
+                for step in plan:
+                    await self._ledger.begin_action(
+                        self._row(item, step, actions.ActionStatus.SKIPPED, f"blocked: {blocked}"),
+                        at=self._clock.now())
+                return await self._close(item, vocab.Disposition.ABANDONED, f"blocked by blast-radius limit: {blocked}")
+        for step in plan:
+            failure = await self._run_step(item, step, rows.get(step.name))
+            if failure:
+                return await self.watchdog.abandon(item, failure)
+        seen = await self._observe(item, job_id)
+        missing = steps.unmet(item, seen)
+        if missing:
+            return await self.watchdog.abandon(item, f"verify failed: {'; '.join(missing)}")
+        return await self._close(item, vocab.Disposition.CONVERGED, f"verified after {len(plan)} step(s)")
+
+    async def _run_step(self, item: advice.Advice, step: steps.Step, row: actions.ActionRecord | None) -> str:
+        """Run one step unless done or in effect; returns a failure reason, or "" on success."""
+        if row is not None and row.status in (actions.ActionStatus.DONE, actions.ActionStatus.SKIPPED):
+            return ""
+        if row is not None and row.status is actions.ActionStatus.FAILED:
+            return f"step {step.name} failed earlier: {row.error}"
+        if self._expired(item):
+            return f"deadline passed before step {step.name}"
+        seen = await self._observe(item, step.job_id)
+        if step.in_effect(seen):
+            if row is None:
+                await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.SKIPPED, ALREADY_IN_EFFECT),
+                                                at=self._clock.now())
+            else:  # an intent from before a restart whose call did take effect
+                await self._finish(item, step, actions.ActionStatus.DONE, "took effect before a restart")
+            return ""
+        if row is None:
+            await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.INTENT), at=self._clock.now())
+        try:
+            await step.run(self._scheduler)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            await self._finish(item, step, actions.ActionStatus.FAILED, error)
+            return f"step {step.name} failed: {error}"
+        await self._finish(item, step, actions.ActionStatus.DONE)
+        return ""

@@ -1,0 +1,71 @@
+"""What the executor and the watchdog need from the scheduler and from the audit store.
+
+Place in the loop: the edge of ``act/``. ``act`` sits in the same layer as ``schedulers``
+and ``store`` and may not import them (``.importlinter``), so it states the operations it
+uses as Protocols here; ``schedulers.base.Scheduler`` and ``store.audit.AuditStore``
+satisfy them structurally and the engine passes the real objects in. The values that
+cross (job snapshots, advice, action and outcome records) live in ``model``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from trainguard.model import actions, advice, workloads
+
+
+class JobScheduler(Protocol):
+    """The part of ``schedulers.base.Scheduler`` recovery acts through (same semantics)."""
+
+    name: str
+
+    async def get_job(self, job_id: str) -> workloads.JobSnapshot: ...
+
+    async def requeue(self, job_id: str) -> None: ...
+
+    async def requeue_hold(self, job_id: str) -> None: ...
+
+    async def hold(self, job_id: str) -> None: ...
+
+    async def release(self, job_id: str) -> None: ...
+
+    async def exclude_nodes(self, job_id: str, nodes: list[str]) -> None: ...
+
+    async def cancel(self, job_id: str) -> None: ...
+
+    async def list_nodes(self) -> list[workloads.NodeSnapshot]: ...
+
+    async def drain_node(self, node: str, reason: str) -> None: ...
+
+
+class Ledger(Protocol):
+    """The part of ``store.audit.AuditStore`` the executor and watchdog write and read."""
+
+    async def job_id_of(self, workload: str) -> str | None: ...
+
+    async def record_advice(self, item: advice.Advice, *, at: float) -> bool: ...
+
+    async def get_advice(self, workload: str, attempt: int, generation: int) -> advice.Advice | None: ...
+
+    async def pending_advice(self) -> list[advice.Advice]: ...
+
+    async def begin_action(self, record: actions.ActionRecord, *, at: float) -> actions.ActionRecord: ...
+
+    async def finish_action(
+        self, *, workload: str, attempt: int, generation: int, step: str, status: actions.ActionStatus,
+        at: float, error: str = "",
+    ) -> actions.ActionRecord: ...
+
+    async def actions_for(self, workload: str, attempt: int, generation: int) -> list[actions.ActionRecord]: ...
+
+    async def actions_by_operation(
+        self, operations: list[actions.Operation], *, since: float | None = None,
+    ) -> list[actions.ActionRecord]: ...
+
+    async def record_outcome(self, outcome: actions.OutcomeRecord) -> actions.OutcomeRecord: ...
+
+    async def get_outcome(self, workload: str, attempt: int, generation: int) -> actions.OutcomeRecord | None: ...
+
+    async def record_watchdog(
+        self, *, workload: str, attempt: int, generation: int, payload: dict[str, object], at: float,
+    ) -> None: ...

@@ -1,0 +1,226 @@
+"""First cause vs cascade: which line started the failure, and whose node/rank printed it.
+
+Place in the loop: ``detect.crash`` (live, after its settle window) and ``detect.static`` (whole
+file) hand all evidence of one attempt to ``find_first_cause``; the result becomes the crash
+anomaly's category, attribution hint and suspects. Pure: no I/O, no clock.
+
+Why a ranking and not "the first error line": when one rank dies, every other rank prints NCCL
+watchdog timeouts, ``remote process exited``, SIGABRT and ``ChildFailedError`` summaries. Those
+are loud and numerous but are symptoms (NVRx, Meta's "misleading proximal cause", Minder). So:
+
+1. hardware evidence (Xid, ECC, fallen off the bus, NVLink, IB) outranks everything;
+2. a specific error (CUDA error, OOM, segfault, a Python exception that is not itself a
+   distributed-backend symptom, filesystem, rendezvous) outranks
+3. hardware *warnings* (e.g. an NCCL NET/IB retry warning), which outrank
+4. cascade symptoms (NCCL timeouts, ``remote process exited``, aborts, ``Killed``);
+5. other warnings and info lines are context, never a cause.
+
+Within a class the earliest line wins. Suspects are only the node/rank of the initiating event
+(for hardware, every node with hardware evidence). When only timeouts are present, the rank
+that lags (lower ``SeqNum`` than its peers) or never reports is named, else the elastic
+``Root Cause`` block's rank/host.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from trainguard.detect import hosts
+from trainguard.model import anomalies, vocab
+
+C = vocab.Category
+
+HARDWARE_CATEGORIES = frozenset({C.GPU_XID_HARDWARE, C.ECC_MEMORY, C.GPU_FALLEN_OFF_BUS, C.NVLINK, C.NCCL_NETWORK_IB})
+CASCADE_CATEGORIES = frozenset({C.NCCL_TIMEOUT, C.PROCESS_SIGNAL_KILLED})
+GENERIC_CATEGORIES = frozenset({C.PYTHON_EXCEPTION, C.NCCL_ERROR, C.CUDA_ERROR_OTHER})
+"""Broad categories: on one line, a more specific category wins over these."""
+TEXT_DECIDES = GENERIC_CATEGORIES | {C.SEGFAULT}
+"""Categories whose lines are also printed as a *consequence* of a peer's failure (a SIGABRT from the
+NCCL watchdog shows up as "Aborted"/"terminate called"); their text decides whether they are a cascade."""
+_CASCADE_TEXT = re.compile(
+    r"(?i)remote process exited|connection reset by peer|connection closed by|broken pipe|c10::DistBackendError"
+    r"|ChildFailedError|communicator was aborted|ncclRemoteError|SIGABRT|SIGTERM|signal [6f]\b|Signal 15\b"
+    r"|exitcode\s*:\s*-(?:6|15)\b|closing signal|Some NCCL operations have failed|watchdog"
+    r"|\bAborted\b|\bTerminated\b|process group .*(?:aborted|destroyed)|heartbeat monitor"
+)
+
+DEFAULT_ATTRIBUTION: Mapping[vocab.Category, vocab.Attribution] = {
+    C.GPU_XID_HARDWARE: vocab.Attribution.HARDWARE,
+    C.ECC_MEMORY: vocab.Attribution.HARDWARE,
+    C.GPU_FALLEN_OFF_BUS: vocab.Attribution.HARDWARE,
+    C.NVLINK: vocab.Attribution.HARDWARE,
+    C.NCCL_NETWORK_IB: vocab.Attribution.HARDWARE,
+    C.PYTHON_EXCEPTION: vocab.Attribution.APPLICATION,
+    C.OOM_GPU: vocab.Attribution.APPLICATION,
+    C.CUDA_ILLEGAL_MEMORY: vocab.Attribution.APPLICATION,
+    C.FILESYSTEM_IO: vocab.Attribution.SYSTEM,
+    C.RENDEZVOUS_FAILURE: vocab.Attribution.SYSTEM,
+    C.BUS_ERROR_SHM: vocab.Attribution.SYSTEM,
+}
+"""Used when the catalog gives no hint for a pattern id (e.g. evidence from a job's exit state)."""
+
+
+class Rank(enum.IntEnum):
+    """Strength of a line as a first cause; lower is stronger."""
+
+    HARDWARE = 0
+    SPECIFIC = 1
+    HARDWARE_WARNING = 2
+    CASCADE = 3
+    CONTEXT = 4
+
+
+def classify(evidence: anomalies.Evidence) -> Rank:
+    """How strongly one line can be the first cause."""
+    serious = evidence.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
+    if evidence.category in HARDWARE_CATEGORIES:
+        return Rank.HARDWARE if serious else Rank.HARDWARE_WARNING
+    if not serious or evidence.category == C.NONE:
+        return Rank.CONTEXT
+    if evidence.category in CASCADE_CATEGORIES:
+        return Rank.CASCADE
+    if evidence.category in TEXT_DECIDES and _CASCADE_TEXT.search(evidence.text):
+        return Rank.CASCADE
+    return Rank.SPECIFIC
+
+
+@dataclass(frozen=True)
+class FirstCause:
+    """The reading of one attempt's evidence. ``evidence`` starts with the initiating line."""
+
+    symptom: vocab.Symptom
+    category: vocab.Category
+    attribution: vocab.Attribution
+    suspect_nodes: list[str]
+    suspect_ranks: list[int]
+    evidence: list[anomalies.Evidence]
+    initiating: anomalies.Evidence | None
+
+
+_SEQNUM = re.compile(r"SeqNum=(\d+)")
+
+
+def find_first_cause(
+    evidence: Sequence[anomalies.Evidence],
+    *,
+    hints: Mapping[str, vocab.Attribution] | None = None,
+    root_cause: hosts.RootCause | None = None,
+    node_of: Callable[[int], str | None] | None = None,
+    ranks_seen: Collection[int] = (),
+) -> FirstCause | None:
+    """Pick the initiating event among ``evidence`` (any order); None if nothing can be a cause.
+
+    ``hints`` maps pattern id -> the catalog's attribution hint; ``node_of`` maps a rank to its
+    node (``hosts.RankMap.node_of``); ``ranks_seen`` are all ranks that printed anything, used to
+    spot the rank that never reported a timeout.
+    """
+    ordered = sorted(evidence, key=lambda e: e.line)
+    ranked = [(classify(e), index, e) for index, e in enumerate(ordered)]
+    candidates = [item for item in ranked if item[0] < Rank.CONTEXT]
+    if all(item[0] == Rank.HARDWARE_WARNING for item in candidates):
+        return None  # warnings alone never make a crash; they stay as context
+    best_rank, _, first = min(candidates, key=lambda item: (item[0], item[2].line, _tie_break(item[2]), item[1]))
+    category = first.category
+    hint = (hints or {}).get(first.pattern) or DEFAULT_ATTRIBUTION.get(category, vocab.Attribution.UNKNOWN)
+    symptom = vocab.Symptom.CRASH
+    if best_rank == Rank.CASCADE and category == C.NCCL_TIMEOUT:
+        symptom = vocab.Symptom.HANG
+
+    nodes: list[str] = []
+    ranks: list[int] = []
+    if best_rank == Rank.HARDWARE:
+        for rank_class, _, item in ranked:
+            if rank_class == Rank.HARDWARE:
+                _add_suspect(item, nodes, ranks, node_of)
+    elif best_rank == Rank.CASCADE and category == C.NCCL_TIMEOUT:
+        for rank in _lagging_ranks(ordered, ranks_seen):
+            _add(ranks, rank)
+            node = node_of(rank) if node_of else None
+            if node:
+                _add(nodes, node)
+    else:
+        _add_suspect(first, nodes, ranks, node_of)
+        if not nodes and not ranks:  # the same event, reported again with its place (oom_kill + srun)
+            for rank_class, _, item in ranked:
+                if rank_class == best_rank and item.category == category and (item.node or item.rank is not None):
+                    _add_suspect(item, nodes, ranks, node_of)
+                    break
+    if not nodes and not ranks and root_cause is not None and best_rank != Rank.HARDWARE and not _collateral(root_cause):
+        if root_cause.host:
+            _add(nodes, root_cause.host)
+        if root_cause.rank is not None:
+            _add(ranks, root_cause.rank)
+    if root_cause is not None and root_cause.host and root_cause.rank is not None and ranks == [root_cause.rank]:
+        _add(nodes, root_cause.host)
+
+    rest = [item for item in ranked if item[2] is not first]
+    rest.sort(key=lambda item: (item[0] >= Rank.CONTEXT, item[1]))
+    return FirstCause(
+        symptom=symptom,
+        category=category,
+        attribution=hint,
+        suspect_nodes=nodes,
+        suspect_ranks=ranks,
+        evidence=[first, *(item[2] for item in rest)],
+        initiating=first,
+    )
+
+
+def _tie_break(item: anomalies.Evidence) -> tuple[int, int]:
+    """On one line: fatal before error, and a specific category before a generic one."""
+    return (0 if item.severity == vocab.Severity.FATAL else 1, 1 if item.category in GENERIC_CATEGORIES else 0)
+
+
+def _collateral(root_cause: hosts.RootCause) -> bool:
+    """SIGABRT (-6) is the NCCL watchdog's own abort, SIGTERM (-15) the agent tearing down peers:
+    the rank the agent saw first then says nothing about who started it."""
+    return root_cause.exitcode in (-6, -15)
+
+
+def _add(items: list[str] | list[int], value: str | int) -> None:
+    if value not in items:
+        items.append(value)  # type: ignore[arg-type]
+
+
+def _add_suspect(
+    item: anomalies.Evidence, nodes: list[str], ranks: list[int], node_of: Callable[[int], str | None] | None
+) -> None:
+    if item.rank is not None:
+        _add(ranks, item.rank)
+    node = item.node
+    if node is None and item.rank is not None and node_of is not None:
+        node = node_of(item.rank)
+    if node:
+        _add(nodes, node)
+
+
+def _lagging_ranks(ordered: Sequence[anomalies.Evidence], ranks_seen: Collection[int]) -> list[int]:
+    """Ranks that started the hang: behind their peers' collective, or silent while peers time out.
+
+    A rank stuck before a collective has issued fewer collectives than the rest, so its
+    watchdog (if it fires at all) reports a lower ``SeqNum``. A rank that never prints a
+    timeout while most peers do is the one the others wait for (Flight Recorder's "missing
+    ranks"). Both need a clear minority; otherwise nobody is named.
+    """
+    seq_by_rank: dict[int, int] = {}
+    for item in ordered:
+        if item.category != C.NCCL_TIMEOUT or item.rank is None:
+            continue
+        m = _SEQNUM.search(item.text)
+        if m:
+            seq_by_rank.setdefault(item.rank, int(m.group(1)))
+    if len(seq_by_rank) >= 3:
+        common, count = Counter(seq_by_rank.values()).most_common(1)[0]
+        laggards = sorted(r for r, s in seq_by_rank.items() if s < common)
+        if laggards and len(laggards) * 2 < len(seq_by_rank) and count * 2 > len(seq_by_rank):
+            return laggards
+    timed_out = {item.rank for item in ordered if item.category == C.NCCL_TIMEOUT and item.rank is not None}
+    world = set(ranks_seen) | timed_out
+    silent = sorted(world - timed_out)
+    if len(timed_out) >= 3 and silent and len(silent) * 4 <= len(world):
+        return silent
+    return []

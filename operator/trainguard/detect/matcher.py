@@ -1,0 +1,253 @@
+"""The multi-pattern matcher: which catalog patterns match a log line, or every line of a file.
+
+Place in the loop: ``detect.catalog`` loads the patterns; this module compiles them once and is
+the hot path of crash detection (the detectors call ``Matcher.match`` per clean line from
+``detect.sanitize``, and ``trainguard scan`` calls ``Matcher.scan_file`` over whole files).
+
+Three engines give identical answers on the catalog: Hyperscan (all patterns in one database,
+one pass over the text), RE2 (``re2.Set``) and pure Python ``re``. The catalog keeps to the
+subset of regex syntax on which they and ripgrep agree (see ``detect.catalog.agreement_problems``),
+which is what lets ``scan_file`` promise the same matched-line count as
+``rg -c -f <(trainguard patterns export --format lines) FILE``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainguard.detect import catalog as catalogs
+
+ENGINES = ("hyperscan", "re2", "python")
+"""Engines in the order ``auto`` tries them."""
+
+CHUNK_BYTES = 32 * 1024 * 1024
+"""How much of a file ``scan_file`` reads at once: big enough that per-call overhead vanishes,
+small enough to keep memory flat on shared nodes. Chunks are cut at the last newline."""
+
+
+class MatcherError(ValueError):
+    """The requested engine is unavailable or a pattern does not compile in it."""
+
+
+@dataclass
+class ScanStats:
+    """What ``trainguard scan --stats`` prints: the raw matcher over one file."""
+
+    lines: int
+    matched_lines: int
+    patterns: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def available_engines() -> list[str]:
+    """Engines importable on this machine, in ``auto`` order."""
+    found = [name for name in ("hyperscan", "re2") if importlib.util.find_spec(name) is not None]
+    return [*found, "python"]
+
+
+def build_matcher(catalog: catalogs.Catalog, engine: str = "auto") -> Matcher:
+    """Compile ``catalog`` with ``engine`` (``auto``: Hyperscan, else RE2, else Python)."""
+    if engine == "auto":
+        engine = available_engines()[0]
+    if engine not in ENGINES:
+        raise MatcherError(f"unknown engine {engine!r}; choose one of auto, {', '.join(ENGINES)}")
+    if engine not in available_engines():
+        raise MatcherError(f"engine {engine!r} is not installed on this machine")
+    return Matcher(catalog, engine)
+
+
+def _python_flags(regex: str) -> tuple[str, int]:
+    """Python flags equivalent to a leading ``(?i)``, ASCII semantics as in Hyperscan's byte mode."""
+    if regex.startswith("(?i)"):
+        return regex[4:], re.IGNORECASE | re.ASCII
+    return regex, re.ASCII
+
+
+class Matcher:
+    """A compiled catalog. ``match`` answers per clean line; ``scan_file`` counts a whole file."""
+
+    def __init__(self, catalog: catalogs.Catalog, engine: str) -> None:
+        self.engine = engine
+        self.catalog = catalog
+        self._ids = [spec.id for spec in catalog.patterns]
+        # Python regexes are always built: the python engine uses them, and every engine uses
+        # them for ``extract``, which runs only on the rare lines that matched.
+        self._python: list[tuple[re.Pattern[str], re.Pattern[bytes]]] = []
+        for spec in catalog.patterns:
+            body, flags = _python_flags(spec.regex)
+            self._python.append((re.compile(body, flags), re.compile(body.encode(), flags | re.MULTILINE)))
+        self._extract: dict[str, dict[str, re.Pattern[str]]] = {
+            spec.id: {name: re.compile(rx) for name, rx in spec.extract.items()} for spec in catalog.patterns
+        }
+        self._hs_line: Any = None
+        self._hs_chunk: Any = None
+        self._re2_set: Any = None
+        self._re2_chunk: list[Any] = []
+        if engine == "hyperscan":
+            self._hs_line, self._hs_chunk = self._compile_hyperscan()
+        elif engine == "re2":
+            self._re2_set = self._compile_re2()
+
+    # -- compilation ------------------------------------------------------------------------
+
+    def _compile_hyperscan(self) -> tuple[Any, Any]:
+        import hyperscan
+
+        expressions: list[bytes] = []
+        flags: list[int] = []
+        for spec in self.catalog.patterns:
+            body = spec.regex
+            flag = hyperscan.HS_FLAG_MULTILINE
+            if body.startswith("(?i)"):
+                body, flag = body[4:], flag | hyperscan.HS_FLAG_CASELESS
+            expressions.append(body.encode())
+            flags.append(flag)
+        ids = list(range(len(expressions)))
+        # Two databases: the per-line one reports each pattern once (SINGLEMATCH) since a line
+        # is scanned alone; the chunk one must report every line a pattern matches.
+        line_db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        chunk_db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        try:
+            line_db.compile(
+                expressions=expressions,
+                ids=ids,
+                elements=len(ids),
+                flags=[f | hyperscan.HS_FLAG_SINGLEMATCH for f in flags],
+            )
+            chunk_db.compile(expressions=expressions, ids=ids, elements=len(ids), flags=flags)
+        except hyperscan.error as exc:
+            raise MatcherError(f"Hyperscan cannot compile the catalog: {exc}") from exc
+        return line_db, chunk_db
+
+    def _compile_re2(self) -> Any:
+        import re2
+
+        options = re2.Options()
+        pattern_set = re2.Set.SearchSet(options)
+        for spec in self.catalog.patterns:
+            try:
+                pattern_set.Add(spec.regex)
+            except re2.error as exc:
+                raise MatcherError(f"RE2 cannot compile pattern {spec.id}: {exc}") from exc
+        pattern_set.Compile()
+        self._re2_chunk = [re2.compile(b"(?m)" + spec.regex.encode()) for spec in self.catalog.patterns]
+        return pattern_set
+
+    # -- per line ---------------------------------------------------------------------------
+
+    def match(self, line: str) -> list[str]:
+        """Ids of the patterns that match this clean line, in catalog order."""
+        if self.engine == "hyperscan":
+            hits: set[int] = set()
+            data = line.encode("utf-8", errors="surrogateescape")
+
+            def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
+                hits.add(index)
+
+            self._hs_line.scan(data, match_event_handler=on_match)
+            return [self._ids[i] for i in sorted(hits)]
+        if self.engine == "re2":
+            return [self._ids[i] for i in sorted(self._re2_set.Match(line) or ())]
+        return [self._ids[i] for i, (rx, _) in enumerate(self._python) if rx.search(line)]
+
+    def extract(self, pattern_id: str, line: str) -> dict[str, str]:
+        """The pattern's ``extract`` fields found in ``line`` (first match of each), e.g. host, rank."""
+        found: dict[str, str] = {}
+        for name, rx in self._extract[pattern_id].items():
+            hit = rx.search(line)
+            if hit is not None and hit.group(1) is not None:
+                found[name] = hit.group(1)
+        return found
+
+    # -- whole files ------------------------------------------------------------------------
+
+    def scan_file(self, path: Path) -> ScanStats:
+        """Count lines, matched lines and lines per pattern over the raw bytes of ``path``.
+
+        No per-line Python loop: the file is read in chunks cut at a newline, each chunk is
+        scanned in one call, and match offsets are mapped to lines. Raises OSError when the
+        file cannot be read.
+        """
+        started = time.perf_counter()
+        counts = [0] * len(self._ids)
+        lines = 0
+        matched = 0
+        tail = b""
+        last_byte = b""
+        with path.open("rb") as handle:
+            while True:
+                block = handle.read(CHUNK_BYTES)
+                if not block:
+                    chunk, tail = tail, b""
+                else:
+                    last_byte = block[-1:]
+                    cut = block.rfind(b"\n")
+                    if cut < 0:
+                        tail += block
+                        continue
+                    chunk, tail = tail + block[: cut + 1], block[cut + 1 :]
+                if chunk:
+                    lines += chunk.count(b"\n")
+                    matched += self._scan_chunk(chunk, counts)
+                if not block:
+                    break
+        if last_byte and last_byte != b"\n":
+            lines += 1  # a last line without a newline
+        patterns = {self._ids[i]: n for i, n in enumerate(counts) if n}
+        return ScanStats(lines=lines, matched_lines=matched, patterns=patterns, seconds=time.perf_counter() - started)
+
+    def _scan_chunk(self, chunk: bytes, counts: list[int]) -> int:
+        """Add per-pattern line counts of ``chunk`` to ``counts``; return its matched-line count."""
+        # Each hit is (pattern index, offset inside the line it belongs to).
+        line_starts: set[int] = set()
+        seen: set[tuple[int, int]] = set()
+
+        def record(index: int, offset: int) -> None:
+            start = chunk.rfind(b"\n", 0, offset) + 1
+            key = (index, start)
+            if key not in seen:
+                seen.add(key)
+                counts[index] += 1
+                line_starts.add(start)
+
+        if self.engine == "hyperscan":
+            self._scan_hyperscan(chunk, record)
+        else:
+            self._scan_regexes(chunk, record)
+        return len(line_starts)
+
+    def _scan_hyperscan(self, chunk: bytes, record: Callable[[int, int], None]) -> None:
+        # A pattern can report many end offsets on one line; skip them cheaply until the
+        # next newline rather than calling ``record`` for each.
+        skip_until = [-1] * len(self._ids)
+
+        def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
+            if end <= skip_until[index]:
+                return
+            # ``end`` is one past the last matched byte; that byte is on the line we want.
+            offset = end - 1 if end > 0 else 0
+            newline = chunk.find(b"\n", offset)
+            skip_until[index] = newline if newline >= 0 else len(chunk)
+            record(index, offset)
+
+        self._hs_chunk.scan(chunk, match_event_handler=on_match)
+
+    def _scan_regexes(self, chunk: bytes, record: Callable[[int, int], None]) -> None:
+        compiled: list[Any] = self._re2_chunk if self.engine == "re2" else [rx for _, rx in self._python]
+        for index, rx in enumerate(compiled):
+            position = 0
+            while True:
+                hit = rx.search(chunk, position)
+                if hit is None:
+                    break
+                record(index, hit.start())
+                newline = chunk.find(b"\n", hit.start())
+                if newline < 0:
+                    break
+                position = newline + 1

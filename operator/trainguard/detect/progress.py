@@ -1,0 +1,122 @@
+"""Progress lines: the "training is still moving" signal behind hang and straggler detection.
+
+Place in the loop: ``detect.stream`` and ``detect.static`` offer every line without an error
+signature to ``ProgressParser.parse``; a hit resets ``detect.hang``'s silence timer and, when it
+carries a rate, feeds ``detect.straggler``. Throughput is always "higher is better": a time per
+iteration (Megatron ``elapsed time per iteration (ms)``, tqdm ``s/it``) is inverted.
+
+The built-in patterns cover Megatron-LM, HF Trainer, tqdm / NeMo / Lightning bars, torchtitan,
+DeepSpeed and generic ``step N`` / ``iter N`` / ``tokens/s`` / ``samples/sec`` lines. An operator
+regex replaces them; its optional named groups are ``step``, ``rate`` (higher is better) and
+``seconds`` (time per step, inverted).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One progress line. ``rate`` is a throughput (higher is better) in ``unit``, or None."""
+
+    step: int | None
+    rate: float | None
+    unit: str
+
+
+_NUM = r"(\d[\d,]*(?:\.\d+)?)"
+
+_MEGATRON = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
+_MEGATRON_MS = re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM)
+_TQDM = re.compile(r"\b(\d+)/\d+ \[[\d:]+<[\d:?]+,\s*" + _NUM + r"\s*(it/s|s/it)")
+_TITAN = re.compile(r"\bstep:\s*(\d+)\s+loss:.*?\b(?:tps|wps):\s*" + _NUM)
+_HF_DICT = re.compile(r"\{'loss': [-\d.einfa]+,.*'epoch': [\d.]+\}")
+_TOKENS = re.compile(r"(?i)\b(?:tokens|tok)(?:/s|/sec|_per_sec(?:ond)?|\s+per\s+sec(?:ond)?)\b[\s:=]*" + _NUM)
+_TOKENS_AFTER = re.compile(r"(?i)" + _NUM + r"\s*(?:tokens|tok)/s(?:ec)?\b")
+_SAMPLES = re.compile(r"(?i)\bsamples(?:/s|/sec|_per_sec(?:ond)?|\s+per\s+sec(?:ond)?)\b[\s:=]*" + _NUM)
+_SAMPLES_AFTER = re.compile(r"(?i)" + _NUM + r"\s*samples/s(?:ec)?\b")
+_SEC_PER_STEP = re.compile(r"(?i)" + _NUM + r"\s*(ms|s)/(?:it|iter|step)\b")
+_STEP = re.compile(r"(?i)(?<![\w/])(?:global_step|step|iter|iteration)\s*[:=]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])")
+
+
+class ProgressParser:
+    """Recognises progress lines; ``parse`` returns None for anything else."""
+
+    def __init__(self, regex: str | None = None) -> None:
+        try:
+            self._custom = re.compile(regex) if regex else None
+        except re.error as exc:
+            raise ValueError(f"progress regex does not compile: {exc}") from exc
+
+    def parse(self, text: str) -> Progress | None:
+        if self._custom is not None:
+            return _parse_custom(self._custom, text)
+        return _parse_builtin(text)
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _parse_custom(regex: re.Pattern[str], text: str) -> Progress | None:
+    m = regex.search(text)
+    if m is None:
+        return None
+    groups = m.groupdict()
+    step = int(groups["step"]) if groups.get("step") else None
+    if groups.get("rate"):
+        return Progress(step, _number(groups["rate"]), "custom")
+    if groups.get("seconds"):
+        seconds = _number(groups["seconds"])
+        return Progress(step, 1.0 / seconds if seconds > 0 else None, "steps/s")
+    return Progress(step, None, "")
+
+
+def _parse_builtin(text: str) -> Progress | None:
+    if m := _MEGATRON.search(text):
+        ms = _MEGATRON_MS.search(text)
+        value = _number(ms.group(1)) if ms else 0.0
+        return Progress(int(m.group(1)), 1000.0 / value if value > 0 else None, "iter/s")
+    if m := _TITAN.search(text):
+        return Progress(int(m.group(1)), _number(m.group(2)), "tokens/s")
+    if m := _TQDM.search(text):
+        value = _number(m.group(2))
+        if m.group(3) == "s/it":
+            value = 1.0 / value if value > 0 else 0.0
+        return Progress(int(m.group(1)), value if value > 0 else None, "it/s")
+    if _HF_DICT.search(text):
+        return Progress(None, None, "")
+    step_m = _STEP.search(text)
+    step = int(step_m.group(1)) if step_m else None
+    for regex, unit in ((_TOKENS, "tokens/s"), (_TOKENS_AFTER, "tokens/s"), (_SAMPLES, "samples/s"),
+                        (_SAMPLES_AFTER, "samples/s")):
+        if m := regex.search(text):
+            return Progress(step, _number(m.group(1)), unit)
+    if m := _SEC_PER_STEP.search(text):
+        value = _number(m.group(1)) / (1000.0 if m.group(2).lower() == "ms" else 1.0)
+        return Progress(step, 1.0 / value if value > 0 else None, "steps/s")
+    if step is not None:
+        return Progress(step, None, "")
+    return None
+
+
+_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
+
+
+def line_time(text: str) -> float | None:
+    """Epoch seconds of an ISO-like timestamp near the start of ``text`` (taken as UTC), else None.
+
+    Used by static analysis, where the arrival time of a line is unknown; only the first 64
+    characters are searched, so a date inside a message body does not count.
+    """
+    m = _ISO.search(text, 0, 64)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+        return None
+    fraction = float("0." + m.group(7)) if m.group(7) else 0.0
+    return calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + fraction

@@ -1,0 +1,219 @@
+"""Whole-file analysis: one verdict for one finished log file (``trainguard detect``).
+
+Place in the loop: the CLI's offline twin of ``detect.stream``. Same pieces (``detect.sanitize``,
+``detect.hosts``, the catalog ``Matcher``, ``detect.first_cause``, ``detect.progress``,
+``detect.straggler``) but no clock: a file either reports a crash or a hang itself, or its
+progress lines show a sustained throughput drop, or it is healthy.
+
+Files are read as bytes in a streaming loop with a bounded line length, so a 2 GB log or a
+10 MB line never sits in memory whole; only evidence and progress samples are kept.
+
+Decisions a reader should know:
+
+* ``hang`` for a static file means the file reports one: the first cause is an NCCL/c10d
+  watchdog timeout with no other cause.
+* Survived errors: when at least ``RECOVERED_AFTER`` progress lines follow the last error, the
+  run got past it (a caught exception in a retry loop, an elastic restart that resumed); the
+  file is ``healthy``. The errors stay visible in the text output as context.
+* Straggler: line timestamps are used when most progress lines carry one; otherwise each
+  series' sample index stands in for time (windows of ``INDEX_WINDOW`` samples).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from trainguard.detect import first_cause, hosts, progress, sanitize, straggler, stream
+from trainguard.model import anomalies, signals, vocab
+
+MAX_LINE_BYTES = 1024 * 1024
+"""Longest raw line read whole; longer lines keep their head and tail (the cleaner caps them again)."""
+RECOVERED_AFTER = 5
+"""Progress lines after the last error that show the run survived it."""
+INDEX_WINDOW = 5
+"""Without timestamps: a drop must last this many samples ..."""
+INDEX_BASELINE = 20
+"""... against the median of up to this many samples before it."""
+TIMESTAMPED_SHARE = 0.8
+"""Share of progress lines with a timestamp needed to use time rather than sample index."""
+
+
+@dataclass
+class Result:
+    """The verdict on one file, in the shape of the ``detect --format json`` contract."""
+
+    path: str
+    symptom: vocab.Symptom
+    category: vocab.Category
+    attribution: vocab.Attribution
+    evidence: list[anomalies.Evidence] = field(default_factory=list)
+    suspect_nodes: list[str] = field(default_factory=list)
+    suspect_ranks: list[int] = field(default_factory=list)
+    context: list[anomalies.Evidence] = field(default_factory=list)
+    lines: int = 0
+    summary: str = ""
+
+    def to_json(self, max_evidence: int) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "symptom": self.symptom.value,
+            "category": self.category.value,
+            "attribution": self.attribution.value,
+            "evidence": [{"line": e.line, "text": e.text, "pattern": e.pattern} for e in self.evidence[:max_evidence]],
+            "suspect_nodes": self.suspect_nodes,
+            "suspect_ranks": self.suspect_ranks,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    key: str | None
+    at: float | None
+    rate: float
+    evidence: anomalies.Evidence
+
+
+def read_lines(handle: BinaryIO, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """Raw lines of a binary stream, each at most ~``max_line_bytes`` (head + tail of longer ones)."""
+    while True:
+        chunk = handle.readline(max_line_bytes)
+        if not chunk:
+            return
+        if chunk.endswith(b"\n") or len(chunk) < max_line_bytes:
+            yield chunk
+            continue
+        tail = b""
+        while True:  # an over-long line: skip its middle, keep the last block read
+            more = handle.readline(max_line_bytes)
+            if not more:
+                break
+            tail = (tail + more)[-max_line_bytes:]
+            if more.endswith(b"\n"):
+                break
+        yield chunk + b" ... " + tail
+
+
+class FileAnalyzer:
+    """Analyses one file with a compiled matcher. One instance per file."""
+
+    def __init__(self, matcher: stream.Matcher, settings: stream.DetectionSettings) -> None:
+        self._matcher = matcher
+        self._settings = settings
+        self._specs = matcher.catalog.by_id
+        self._hints = {spec.id: spec.attribution_hint for spec in matcher.catalog.patterns}
+        self._progress = progress.ProgressParser(settings.progress_regex)
+
+    def analyze(self, path: str, handle: BinaryIO) -> Result:
+        rank_map = hosts.RankMap()
+        root_reader = hosts.RootCauseReader()
+        root: hosts.RootCause | None = None
+        evidence: list[anomalies.Evidence] = []
+        samples: list[_Sample] = []
+        ranks_seen: set[int] = set()
+        progress_since_error = 0
+        lineno = 0
+        for raw in read_lines(handle):
+            lineno += 1
+            text = sanitize.clean_line(raw)
+            if not text:
+                continue
+            prefix = hosts.parse_prefix(text)
+            rank_map.observe(prefix)
+            if prefix.rank is not None:
+                ranks_seen.add(prefix.rank)
+            if (found_root := root_reader.feed(lineno, text)) is not None:
+                root = found_root
+                if root.host and root.rank is not None:
+                    rank_map.learn(root.host, root.rank)
+            serious = False
+            for pattern_id in self._matcher.match(text):
+                spec = self._specs.get(pattern_id)
+                if spec is None:
+                    continue
+                fields = self._matcher.extract(pattern_id, text)
+                line = signals.LogLine(text=text, lineno=lineno, received_at=0.0, source=path)
+                evidence.append(stream.evidence_from_hit(spec, line, prefix, fields, at=progress.line_time(text)))
+                serious = serious or spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
+            if serious:
+                progress_since_error = 0
+                continue
+            parsed = self._progress.parse(text)
+            if parsed is None:
+                continue
+            progress_since_error += 1
+            if parsed.rate is not None:
+                item = anomalies.Evidence(line=lineno, text=text[:500], pattern=stream.PROGRESS_PATTERN, source=path,
+                                          at=progress.line_time(text), node=prefix.node, rank=prefix.rank,
+                                          category=vocab.Category.NONE, severity=vocab.Severity.INFO)
+                key = f"rank:{prefix.rank}" if prefix.rank is not None else (
+                    f"node:{prefix.node}" if prefix.node else None)
+                samples.append(_Sample(key, item.at, parsed.rate, item))
+
+        evidence = [_with_node(e, rank_map) for e in evidence]
+        cause = first_cause.find_first_cause(
+            evidence, hints=self._hints, root_cause=root, node_of=rank_map.node_of, ranks_seen=ranks_seen
+        )
+        if cause is not None and progress_since_error < RECOVERED_AFTER:
+            return Result(path, cause.symptom, cause.category, cause.attribution, cause.evidence,
+                          cause.suspect_nodes, cause.suspect_ranks, lines=lineno,
+                          summary=f"first cause at line {cause.evidence[0].line}")
+        context = cause.evidence if cause is not None else [e for e in evidence if e.severity != vocab.Severity.INFO]
+        drop = self._find_drop(samples)
+        if drop is not None:
+            anomaly = stream.straggler_anomaly(drop, drop.since, rank_map)
+            return Result(path, vocab.Symptom.STRAGGLER, vocab.Category.THROUGHPUT_DROP, vocab.Attribution.UNKNOWN,
+                          anomaly.evidence, anomaly.suspect_nodes, anomaly.suspect_ranks, context=context,
+                          lines=lineno, summary=anomaly.summary)
+        summary = "errors followed by continued progress (survived)" if cause is not None else ""
+        return Result(path, vocab.Symptom.HEALTHY, vocab.Category.NONE, vocab.Attribution.NONE, context=context,
+                      lines=lineno, summary=summary)
+
+    def _find_drop(self, samples: list[_Sample]) -> straggler.Drop | None:
+        if not samples:
+            return None
+        timed = sum(1 for s in samples if s.at is not None) >= TIMESTAMPED_SHARE * len(samples)
+        if timed:
+            window, baseline = self._settings.throughput_window_s, self._settings.baseline_window_s
+        else:
+            window, baseline = float(INDEX_WINDOW - 1), float(INDEX_BASELINE)
+        fraction = self._settings.throughput_drop_fraction
+        by_key: dict[str | None, list[_Sample]] = {}
+        for sample in samples:
+            by_key.setdefault(sample.key, []).append(sample)
+        ranked_keys = [k for k in by_key if k is not None]
+        if len(ranked_keys) >= straggler.MIN_PEERS:
+            peers = straggler.PeerComparison(fraction, window)
+            ordinal: dict[str, int] = {}
+            last_check: float | None = None
+            for sample in samples:
+                if sample.key is None or (timed and sample.at is None):
+                    continue
+                ordinal[sample.key] = ordinal.get(sample.key, 0) + 1
+                at = sample.at if timed and sample.at is not None else float(ordinal[sample.key])
+                peers.add(sample.key, at, sample.rate, sample.evidence)
+                if last_check is not None and at - last_check < window / 10:
+                    continue
+                last_check = at
+                found = peers.stragglers(at)
+                if found:
+                    return found[0]
+        main_key = max(by_key, key=lambda k: len(by_key[k]))
+        tracker = straggler.ThroughputTracker(fraction, window, baseline)
+        for index, sample in enumerate(by_key[main_key]):
+            if timed and sample.at is None:
+                continue
+            at = sample.at if timed and sample.at is not None else float(index)
+            tracker.add(at, sample.rate, sample.evidence)
+            job_drop = tracker.drop(at)
+            if job_drop is not None:
+                return job_drop
+        return None
+
+
+def _with_node(item: anomalies.Evidence, rank_map: hosts.RankMap) -> anomalies.Evidence:
+    """Fill in the node of a rank-only line from what the whole file taught the rank map."""
+    if item.node is None and item.rank is not None and (node := rank_map.node_of(item.rank)) is not None:
+        return item.model_copy(update={"node": node})
+    return item

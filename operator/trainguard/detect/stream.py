@@ -1,0 +1,262 @@
+"""The per-workload detector: one attempt's live lines in, anomalies out.
+
+Place in the loop: the engine creates one ``WorkloadDetector`` per (workload, attempt), feeds it
+the clean lines from ``signals`` (``LogLine``), ticks it on a timer, and tells it when the attempt
+ended. It combines ``detect.hosts`` (who printed a line), the catalog ``Matcher``,
+``detect.crash`` (settle window + ``detect.first_cause``), ``detect.hang`` and
+``detect.straggler``. Anomalies go on to attribution. Time comes only from the injected clock.
+
+Survived errors: an error-severity hit followed, within the settle window, by a progress line
+is withdrawn (a caught exception in a retry loop, a transient NCCL warning promoted to error).
+A fatal hit is never withdrawn. The evidence is kept, so a later crash still shows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from trainguard.detect import catalog as catalogs
+from trainguard.detect import crash, hang, hosts, progress, straggler
+from trainguard.model import anomalies, clock, patterns, signals, vocab, workloads
+
+PROGRESS_PATTERN = "progress"
+"""Evidence pattern name for a progress line (not a catalog id)."""
+STRAGGLER_PATTERN = "straggler.throughput_drop"
+"""Evidence pattern name for a throughput-drop finding (not a catalog id)."""
+
+
+class Matcher(Protocol):
+    """What the detectors need of ``detect.matcher.Matcher``."""
+
+    catalog: catalogs.Catalog
+
+    def match(self, line: str) -> list[str]: ...
+
+    def extract(self, pattern_id: str, line: str) -> dict[str, str]: ...
+
+
+@dataclass(frozen=True)
+class DetectionSettings:
+    """Detector thresholds (a RecoveryPolicy's detection section maps onto these)."""
+
+    hang_timeout_s: float = 1800.0
+    """No progress line for this long (s) -> hang. 30 min: above the longest routine pauses
+    (checkpoint save of a large model, evaluation) and the old NCCL default collective timeout."""
+    progress_regex: str | None = None
+    """Operator regex for progress lines (named groups step/rate/seconds); None = built-in patterns."""
+    throughput_drop_fraction: float = 0.5
+    """Straggler when throughput < this x the recent baseline (or peers). 0.5: fail-slows that
+    matter halve throughput; smaller dips are within the noise of data loading and eval."""
+    throughput_window_s: float = 300.0
+    """... sustained for this long (s). 5 min: Minder's 4-min persistence gate, rounded up."""
+    baseline_window_s: float = 1800.0
+    """The baseline is the median rate over this long (s) before the drop."""
+    settle_s: float = 1.0
+    """Seconds to wait after the first error to collect the cascade before naming the first cause."""
+
+
+def evidence_from_hit(
+    spec: patterns.PatternSpec,
+    line: signals.LogLine,
+    prefix: hosts.Prefix,
+    fields: dict[str, str],
+    *,
+    at: float | None,
+) -> anomalies.Evidence:
+    """One catalog hit as evidence; extracted fields win over what the prefix says.
+
+    ``at`` is when the line was written or received (None when unknown, e.g. an old file).
+    """
+    node = fields.get("host") or line.node or prefix.node
+    rank = _int(fields.get("rank"))
+    if rank is None:
+        rank = line.rank if line.rank is not None else prefix.rank
+    return anomalies.Evidence(
+        line=line.lineno,
+        text=line.text,
+        pattern=spec.id,
+        source=line.source,
+        at=at,
+        node=node,
+        rank=rank,
+        gpu=_int(fields.get("gpu")),
+        xid=_int(fields.get("xid")),
+        category=spec.category,
+        severity=spec.severity,
+    )
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+class WorkloadDetector:
+    """Detection for one attempt of one workload."""
+
+    def __init__(
+        self,
+        matcher: Matcher,
+        settings: DetectionSettings,
+        clock: clock.Clock,
+        *,
+        workload: str,
+        attempt: int,
+        rank_map: hosts.RankMap | None = None,
+    ) -> None:
+        self.workload = workload
+        self.attempt = attempt
+        self._matcher = matcher
+        self._settings = settings
+        self._clock = clock
+        self._specs = matcher.catalog.by_id
+        self.rank_map = rank_map or hosts.RankMap()
+        self._progress = progress.ProgressParser(settings.progress_regex)
+        hints = {spec.id: spec.attribution_hint for spec in matcher.catalog.patterns}
+        self._crash = crash.CrashDetector(settings.settle_s, hints)
+        self._hang = hang.HangDetector(settings.hang_timeout_s)
+        self._throughput = straggler.ThroughputTracker(
+            settings.throughput_drop_fraction, settings.throughput_window_s, settings.baseline_window_s
+        )
+        self._peers = straggler.PeerComparison(settings.throughput_drop_fraction, settings.throughput_window_s)
+        self._root = hosts.RootCauseReader()
+        self._ranks_seen: set[int] = set()
+        self._straggler_reported: set[str] = set()
+        self._ended = False
+
+    def feed(self, line: signals.LogLine) -> list[anomalies.Anomaly]:
+        """Take one clean line; returns anomalies that are due (usually none until the window settles)."""
+        if self._ended:
+            return []
+        prefix = hosts.parse_prefix(line.text)
+        self.rank_map.observe(prefix)
+        rank = line.rank if line.rank is not None else prefix.rank
+        if rank is not None:
+            self._ranks_seen.add(rank)
+        if (root := self._root.feed(line.lineno, line.text)) is not None:
+            self._crash.root_cause = root
+            if root.host and root.rank is not None:
+                self.rank_map.learn(root.host, root.rank)
+        serious = False
+        for pattern_id in self._matcher.match(line.text):
+            spec = self._specs.get(pattern_id)
+            if spec is None:
+                continue
+            fields = self._matcher.extract(pattern_id, line.text)
+            item = evidence_from_hit(spec, line, prefix, fields, at=line.received_at)
+            self._crash.add(item, self._clock.now())
+            serious = serious or spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
+        if not serious:
+            self._record_progress(line, prefix)
+        return self.tick()
+
+    def _record_progress(self, line: signals.LogLine, prefix: hosts.Prefix) -> None:
+        found = self._progress.parse(line.text)
+        if found is None:
+            return
+        item = anomalies.Evidence(
+            line=line.lineno, text=line.text, pattern=PROGRESS_PATTERN, source=line.source, at=line.received_at,
+            node=line.node or prefix.node, rank=line.rank if line.rank is not None else prefix.rank,
+            category=vocab.Category.NONE, severity=vocab.Severity.INFO,
+        )
+        self._hang.progress(line.received_at, item)
+        if self._crash.window_opened is not None and not self._has_fatal():
+            self._crash.withdraw()
+        if found.rate is None:
+            return
+        self._throughput.add(line.received_at, found.rate, item)
+        key = _series_key(item)
+        if key is not None:
+            self._peers.add(key, line.received_at, found.rate, item)
+
+    def _has_fatal(self) -> bool:
+        return any(e.severity == vocab.Severity.FATAL for e in self._crash.evidence)
+
+    def tick(self) -> list[anomalies.Anomaly]:
+        """Time-driven checks: a settled crash window, progress silence, a sustained throughput drop."""
+        if self._ended:
+            return []
+        now = self._clock.now()
+        found: list[anomalies.Anomaly] = []
+        if (anomaly := self._conclude_crash(now, force=False)) is not None:
+            found.append(anomaly)
+        if not self._crash.emitted and (anomaly := self._hang.check(now)) is not None:
+            found.append(anomaly)
+        found.extend(self._stragglers(now))
+        return found
+
+    def on_exit(self, job: workloads.JobSnapshot) -> list[anomalies.Anomaly]:
+        """The attempt ended: conclude any open window, and report a failed exit with no log evidence."""
+        if self._ended:
+            return []
+        now = self._clock.now()
+        found: list[anomalies.Anomaly] = []
+        if crash.exit_category(job) is not None and not self._crash.has_serious:
+            self._crash.add(crash.exit_evidence(job, now), now)
+        if (anomaly := self._conclude_crash(now, force=self._crash.window_opened is not None)) is not None:
+            found.append(anomaly)
+        self._ended = True
+        return found
+
+    def _conclude_crash(self, now: float, *, force: bool) -> anomalies.Anomaly | None:
+        return self._crash.conclude(now, node_of=self.rank_map.node_of, ranks_seen=self._ranks_seen, force=force)
+
+    def _stragglers(self, now: float) -> list[anomalies.Anomaly]:
+        found: list[anomalies.Anomaly] = []
+        for drop in self._peers.stragglers(now):
+            if drop.key in self._straggler_reported:
+                continue
+            self._straggler_reported.add(drop.key)
+            found.append(self._straggler_anomaly(drop, now))
+        job_drop = self._throughput.drop(now)
+        if job_drop is not None and "" not in self._straggler_reported and not found:
+            self._straggler_reported.add("")
+            found.append(self._straggler_anomaly(job_drop, now))
+        return found
+
+    def _straggler_anomaly(self, drop: straggler.Drop, now: float) -> anomalies.Anomaly:
+        return straggler_anomaly(drop, now, self.rank_map)
+
+
+def _series_key(item: anomalies.Evidence) -> str | None:
+    if item.rank is not None:
+        return f"rank:{item.rank}"
+    if item.node is not None:
+        return f"node:{item.node}"
+    return None
+
+
+def straggler_anomaly(drop: straggler.Drop, now: float, rank_map: hosts.RankMap) -> anomalies.Anomaly:
+    """A throughput-drop anomaly; suspects only when one rank/node is slow against its peers."""
+    nodes: list[str] = []
+    ranks: list[int] = []
+    if drop.key.startswith("rank:"):
+        rank = int(drop.key[5:])
+        ranks.append(rank)
+        if (node := rank_map.node_of(rank)) is not None:
+            nodes.append(node)
+    elif drop.key.startswith("node:"):
+        nodes.append(drop.key[5:])
+    evidence = []
+    if drop.first is not None:
+        evidence.append(drop.first.model_copy(update={"pattern": STRAGGLER_PATTERN,
+                                                       "category": vocab.Category.THROUGHPUT_DROP,
+                                                       "severity": vocab.Severity.WARNING}))
+    who = f" on {drop.key}" if drop.key else ""
+    return anomalies.Anomaly(
+        symptom=vocab.Symptom.STRAGGLER,
+        category=vocab.Category.THROUGHPUT_DROP,
+        attribution_hint=vocab.Attribution.UNKNOWN,
+        evidence=evidence,
+        suspect_nodes=nodes,
+        suspect_ranks=ranks,
+        first_seen_at=drop.since,
+        detected_at=now,
+        summary=f"throughput{who} {drop.current:.4g} vs baseline {drop.baseline:.4g} "
+        f"({drop.current / drop.baseline:.0%}) since {drop.since:.0f}",
+    )

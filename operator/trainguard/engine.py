@@ -1,0 +1,1 @@
+"""The engine: wires signals -> detect -> attribute -> policy -> store -> act (being written)."""

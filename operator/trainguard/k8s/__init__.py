@@ -1,0 +1,1 @@
+"""The kopf operator shell (issue: Kubernetes operator)."""

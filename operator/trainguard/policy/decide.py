@@ -1,0 +1,269 @@
+"""The policy decision: (anomaly, verdict, history, job) under a RecoveryPolicy -> Advice.
+
+Place in the loop: after attribution (``attribute.rules`` / ``attribute.external`` -> Verdict),
+before the audit log and the executor (``act.executor`` carries the Advice out in Action mode,
+only records it in Monitor mode; ``policy.blast_radius`` may still block it). Pure and
+deterministic: same inputs, same Advice, so a recorded history can be replayed (backtest).
+
+The rules, in order; each appends a reason to the Advice:
+
+1. Nothing to do for a healthy anomaly or a job that completed.
+2. The job's exit code is a "do not requeue" code (``doNotRequeueExitCodes``, NVRx 93): stop;
+   or nothing if the job already ended and cannot be requeued anyway.
+3. What the failure asks for: a straggler/throughput drop gets nothing unless
+   ``throughputDropAction: requeue`` (then a requeue without the slow node); an application
+   failure gets ``applicationErrorAction``; hardware, system, unknown failures and hangs get a
+   requeue (the executor cancels/requeues a hung attempt). Hardware suspects (and lemon nodes
+   of the verdict) become exclusion candidates when ``excludeOnHardware``.
+4. A requeue must fit the budget: ``retries_used >= maxRetries`` or
+   ``attemptsWithoutCheckpoint >= maxAttemptsWithoutCheckpoint`` turns it into stop.
+5. A requeue on a job that cannot be requeued (``--no-requeue``) becomes nothing.
+6. Exclusions (``exclude_nodes`` is the whole desired set, so the executor's merge is idempotent):
+   only nodes the job ran on; merged with those already excluded; capped at
+   ``maxExcludedNodesPerJob`` in total; dropped (with a reason) if the partition would keep
+   fewer nodes than the job needs.
+7. Lemon nodes of the verdict are drained when ``drainLemonNodes`` and ``drainNode`` or
+   ``cordonNode`` is allowed.
+8. An action the policy does not allow becomes the nearest allowed one, ``FALLBACKS``:
+   stop -> hold -> none (hold still keeps the job from burning GPUs until a human looks),
+   requeue -> none, hold -> none. Exclusions go with the requeue.
+
+Monitor mode produces the same advice with ``mode=Monitor``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from trainguard.model import advice, anomalies, vocab, workloads
+from trainguard.model import verdicts as verdicts_model
+from trainguard.policy import ledger, model
+
+Action = vocab.AdviceAction
+
+FALLBACKS: Mapping[vocab.AdviceAction, tuple[vocab.AdviceAction, ...]] = {
+    Action.STOP: (Action.STOP, Action.HOLD, Action.NONE),
+    Action.REQUEUE: (Action.REQUEUE, Action.NONE),
+    Action.HOLD: (Action.HOLD, Action.NONE),
+    Action.NONE: (Action.NONE,),
+}
+"""For each wanted action, the actions to try in order when the policy does not allow it."""
+
+_STRAGGLER = frozenset({vocab.Category.THROUGHPUT_DROP})
+
+
+def decide(
+    spec: model.RecoveryPolicySpec,
+    *,
+    workload: str,
+    attempt: int,
+    anomaly: anomalies.Anomaly,
+    verdict: verdicts_model.Verdict,
+    history: ledger.WorkloadHistory,
+    job: workloads.JobSnapshot,
+    generation: int,
+    now: float,
+    policy_name: str = "",
+    partition_nodes: int | None = None,
+) -> advice.Advice:
+    """The Advice of generation ``generation`` for (``workload``, ``attempt``).
+
+    ``partition_nodes`` is the number of usable nodes in the job's partition, if known; it
+    guards against excluding so many nodes that the job can no longer be scheduled.
+    """
+    reasons: list[str] = []
+
+    def make(action: vocab.AdviceAction, exclude: Sequence[str] = (), drain: Sequence[str] = ()) -> advice.Advice:
+        return advice.Advice(
+            workload=workload,
+            attempt=attempt,
+            generation=generation,
+            action=action,
+            exclude_nodes=list(exclude),
+            drain_nodes=list(drain),
+            reasons=reasons,
+            mode=spec.mode,
+            deadline=now + spec.watchdog.deadline,
+            decided_by=vocab.Decider.POLICY_ENGINE,
+            policy=policy_name,
+        )
+
+    if anomaly.symptom == vocab.Symptom.HEALTHY or (
+        anomaly.category == vocab.Category.NONE and verdict.attribution == vocab.Attribution.NONE
+    ):
+        reasons.append("no failure: nothing to do")
+        return make(Action.NONE)
+    if job.state == workloads.JobState.COMPLETED:
+        reasons.append("the job completed successfully: nothing to do")
+        return make(Action.NONE)
+
+    if job.exit_code is not None and job.exit_code in spec.do_not_requeue_exit_codes:
+        if job.state.finished and not job.requeue_allowed:
+            reasons.append(f"exit code {job.exit_code} means 'do not requeue' and the job has ended: nothing to do")
+            return make(Action.NONE)
+        reasons.append(f"exit code {job.exit_code} means 'do not requeue' (doNotRequeueExitCodes): stop")
+        return make(_allowed(spec, Action.STOP, reasons))
+
+    wanted, candidates = _wanted(spec, anomaly, verdict, reasons)
+    exclude: list[str] = []
+    drain: list[str] = []
+    if wanted == Action.REQUEUE:
+        wanted = _budget(spec, attempt, history, job, reasons)
+    if wanted == Action.REQUEUE and not job.requeue_allowed:
+        reasons.append("the job cannot be requeued (submitted with --no-requeue): nothing to do")
+        wanted = Action.NONE
+    if wanted == Action.REQUEUE:
+        exclude = _exclusions(
+            spec, candidates, history=history, job=job, partition_nodes=partition_nodes, reasons=reasons
+        )
+    if verdict.lemon_nodes and wanted != Action.NONE:
+        drain = _drains(spec, verdict.lemon_nodes, reasons)
+
+    action = _allowed(spec, wanted, reasons)
+    if action != Action.REQUEUE and exclude:
+        exclude = []
+    if spec.mode == vocab.Mode.MONITOR:
+        reasons.append("Monitor mode: recorded, not carried out")
+    return make(action, exclude, drain)
+
+
+def retry_delay(spec: model.RecoveryPolicySpec, retries_used: int) -> float:
+    """Seconds to wait before retry number ``retries_used + 1`` may start (``retries.backoff``).
+
+    ``initialSeconds * factor ** retries_used``, capped at ``maxSeconds``. The Advice carries no
+    delay field: the executor applies it between requeue-hold and release.
+    """
+    backoff = spec.retries.backoff
+    exponent = min(max(retries_used, 0), 64)
+    return float(min(backoff.max_seconds, backoff.initial_seconds * backoff.factor**exponent))
+
+
+def _wanted(
+    spec: model.RecoveryPolicySpec,
+    anomaly: anomalies.Anomaly,
+    verdict: verdicts_model.Verdict,
+    reasons: list[str],
+) -> tuple[vocab.AdviceAction, list[str]]:
+    """What the failure itself asks for, and the nodes a requeue should avoid."""
+    lemons = list(verdict.lemon_nodes)
+    if anomaly.symptom == vocab.Symptom.STRAGGLER or verdict.category in _STRAGGLER:
+        if spec.detection.throughput_drop_action == "off":
+            reasons.append("throughput drop: detected and recorded; throughputDropAction is off")
+            return Action.NONE, []
+        reasons.append("throughput drop and throughputDropAction is requeue: requeue without the slow node")
+        return Action.REQUEUE, list(dict.fromkeys([*verdict.suspect_nodes, *lemons]))
+
+    if verdict.attribution == vocab.Attribution.APPLICATION:
+        if spec.application_error_action == "stop":
+            reasons.append(f"application failure ({verdict.category}) and applicationErrorAction is stop")
+            return Action.STOP, []
+        reasons.append(f"application failure ({verdict.category}): requeue within the retry budget")
+        return Action.REQUEUE, []
+
+    kind = "hang" if anomaly.symptom == vocab.Symptom.HANG else f"{verdict.attribution} failure"
+    reasons.append(f"{kind} ({verdict.category}): requeue")
+    candidates: list[str] = []
+    if spec.exclusion.exclude_on_hardware:
+        if verdict.attribution == vocab.Attribution.HARDWARE:
+            candidates.extend(verdict.suspect_nodes)
+        candidates.extend(lemons)
+    elif verdict.attribution == vocab.Attribution.HARDWARE and verdict.suspect_nodes:
+        reasons.append("excludeOnHardware is false: the suspect nodes are not excluded")
+    return Action.REQUEUE, list(dict.fromkeys(candidates))
+
+
+def _budget(
+    spec: model.RecoveryPolicySpec,
+    attempt: int,
+    history: ledger.WorkloadHistory,
+    job: workloads.JobSnapshot,
+    reasons: list[str],
+) -> vocab.AdviceAction:
+    """Requeue if the retry and no-progress budgets allow it, else stop."""
+    used = max(history.retries_used, job.attempt, attempt)
+    limit = spec.retries.max_retries
+    if used >= limit:
+        reasons.append(f"retries exhausted ({used} of maxRetries {limit}): stop")
+        return Action.STOP
+    without = history.attempts_without_checkpoint()
+    if history.get(attempt) is None:
+        without += 1
+    ceiling = spec.retries.max_attempts_without_checkpoint
+    if without >= ceiling:
+        reasons.append(
+            f"{without} attempts in a row without a new checkpoint (maxAttemptsWithoutCheckpoint {ceiling}): "
+            "a retry cannot make progress: stop"
+        )
+        return Action.STOP
+    reasons.append(f"retry {used + 1} of {limit}; {without} attempt(s) without a new checkpoint (limit {ceiling})")
+    return Action.REQUEUE
+
+
+def _exclusions(
+    spec: model.RecoveryPolicySpec,
+    candidates: Sequence[str],
+    *,
+    history: ledger.WorkloadHistory,
+    job: workloads.JobSnapshot,
+    partition_nodes: int | None,
+    reasons: list[str],
+) -> list[str]:
+    """All nodes the requeued job must avoid (already excluded plus new ones), or [] to exclude none."""
+    already = list(dict.fromkeys([*job.excluded_nodes, *history.excluded_nodes]))
+    fresh = [node for node in candidates if node not in already]
+    if job.nodes:
+        foreign = [node for node in fresh if node not in job.nodes]
+        if foreign:
+            reasons.append(f"not excluded, the job did not run there: {', '.join(foreign)}")
+        fresh = [node for node in fresh if node in job.nodes]
+    if not fresh:
+        return already
+    cap = spec.exclusion.max_excluded_nodes_per_job
+    room = max(0, cap - len(already))
+    if room < len(fresh):
+        reasons.append(
+            f"maxExcludedNodesPerJob {cap} reached: not excluded: {', '.join(fresh[room:])}"
+            if room == 0
+            else f"maxExcludedNodesPerJob {cap}: only {', '.join(fresh[:room])} excluded, not {', '.join(fresh[room:])}"
+        )
+        fresh = fresh[:room]
+    if not fresh:
+        return already
+    total = [*already, *fresh]
+    if partition_nodes is not None:
+        needed = max(1, len(job.nodes))
+        remaining = partition_nodes - len(total)
+        if remaining < needed:
+            reasons.append(
+                f"excluding {', '.join(total)} would leave {remaining} of {partition_nodes} nodes for a job that "
+                f"needs {needed}: requeue without new exclusions"
+            )
+            return already
+    reasons.append(f"exclude {', '.join(fresh)}" + (f" (already excluded: {', '.join(already)})" if already else ""))
+    return total
+
+
+def _drains(spec: model.RecoveryPolicySpec, lemons: Sequence[str], reasons: list[str]) -> list[str]:
+    if not spec.exclusion.drain_lemon_nodes:
+        return []
+    allowed = spec.actions.allowed
+    if model.ActionName.DRAIN_NODE not in allowed and model.ActionName.CORDON_NODE not in allowed:
+        reasons.append(
+            f"drainLemonNodes is on but neither drainNode nor cordonNode is allowed: {', '.join(lemons)} not drained"
+        )
+        return []
+    reasons.append(f"drain lemon node(s) {', '.join(lemons)} (drainLemonNodes)")
+    return list(lemons)
+
+
+def _allowed(spec: model.RecoveryPolicySpec, wanted: vocab.AdviceAction, reasons: list[str]) -> vocab.AdviceAction:
+    """``wanted`` if the policy allows it, else the first allowed fallback (``FALLBACKS``)."""
+    allowed = {str(name) for name in spec.actions.allowed}
+    for candidate in FALLBACKS[wanted]:
+        if candidate == Action.NONE or candidate.value in allowed:
+            if candidate != wanted:
+                reasons.append(
+                    f"{wanted} is not in actions.allowed ({', '.join(sorted(allowed))}): {candidate} instead"
+                )
+            return candidate
+    return Action.NONE

@@ -1,0 +1,400 @@
+"""RecoveryPolicy: the operator-approved rules under which Trainguard may act, as one pydantic schema.
+
+Place in the loop: the policy stage (``policy.decide``, ``policy.blast_radius``) reads it to turn a
+Verdict into Advice; detection reads ``detection``; the executor reads ``actions``/``watchdog``.
+This module is the single source of truth of the schema: policy files (``policy.loader``), the
+``RecoveryPolicy`` CRD (generated from ``crd_openapi_schema()``) and per-job overrides
+(``policy.overrides``) all validate against it, and every default lives here and nowhere else.
+
+Field names are camelCase in YAML/CRDs (aliases) and snake_case in Python. Durations are strings
+(``30m``, see ``policy.durations``) and float seconds in Python; a field named ``...Seconds`` is a
+plain number of seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from trainguard.model import patterns, vocab
+from trainguard.policy import durations
+
+API_VERSION = "trainguard.dev/v1alpha1"
+"""apiVersion of the RecoveryPolicy CRD (API group ``trainguard.dev``, shared/mission.md)."""
+
+KIND: Final = "RecoveryPolicy"
+
+DEFAULT_CHECKPOINT_REGEX = r"(?i)(saved checkpoint|saving checkpoint|checkpoint saved)"
+"""Matches ``saved checkpoint``/``Saving checkpoint``/``successfully saved checkpoint`` lines (Megatron,
+NeMo, Lightning, torch DCP wrappers). ``Saving`` counts because frameworks often print nothing after it."""
+
+Duration = Annotated[
+    float,
+    BeforeValidator(durations.parse),
+    PlainSerializer(durations.format_seconds, return_type=str),
+    WithJsonSchema({"type": "string", "pattern": durations.PATTERN}),
+]
+"""A duration string in files and CRDs, float seconds in Python."""
+
+
+def _duration(text: str) -> Any:
+    """A duration default, kept as text so the schema shows ``30m``; checked at import (typed Any
+    because pydantic validates it into float seconds)."""
+    durations.parse(text)
+    return text
+
+
+Regex = Annotated[str, Field(min_length=1, max_length=512)]
+
+
+class ActionName(enum.StrEnum):
+    """An operation a policy may allow. ``drainNode`` is Slurm, ``cordonNode`` Kubernetes."""
+
+    REQUEUE = "requeue"
+    HOLD = "hold"
+    STOP = "stop"
+    DRAIN_NODE = "drainNode"
+    CORDON_NODE = "cordonNode"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
+    )
+
+
+class Selector(_Section):
+    """Which workloads the policy covers. A job must also opt in; the selector only narrows."""
+
+    opt_in_tag: str = Field(
+        default="trainguard",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
+        description="First word of a Slurm job comment that opts the job in (mission convention: "
+        "'trainguard'). Change it only to run two installations side by side.",
+    )
+    policy_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Name a job selects with 'policy=NAME' (Slurm comment) or the trainguard.dev/policy "
+        "annotation. Null means the policy's metadata.name.",
+    )
+    partitions: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list,
+        description="Slurm partitions covered; empty means all. Lets one policy per partition differ.",
+    )
+    namespaces: list[Annotated[str, Field(min_length=1, max_length=63)]] = Field(
+        default_factory=list,
+        description="Kubernetes namespaces covered; empty means all.",
+    )
+
+
+class Backoff(_Section):
+    """Delay before a requeued attempt may start again, growing with each retry."""
+
+    initial_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=86400,
+        description="Delay before the first retry, in seconds. 30 s lets "
+        "drained nodes and NCCL ports settle without costing much goodput.",
+    )
+    max_seconds: float = Field(
+        default=600.0, ge=0, le=86400, description="Upper bound of the delay, in seconds (10 min)."
+    )
+    factor: float = Field(default=2.0, ge=1.0, le=10.0, description="Multiplier per retry (exponential backoff).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Backoff:
+        if self.max_seconds < self.initial_seconds:
+            raise ValueError("maxSeconds must be >= initialSeconds")
+        return self
+
+
+class Retries(_Section):
+    """Retry budget per workload."""
+
+    max_retries: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="Requeues allowed per workload, counted like Slurm's restart "
+        "count. 3 mirrors NVRx's general retry budget; beyond that a human should look.",
+    )
+    max_attempts_without_checkpoint: int = Field(
+        default=2,
+        ge=1,
+        le=100,
+        description="Stop after this many consecutive attempts that failed without "
+        "saving a new checkpoint: retrying cannot make progress (NVRx no-progress stop).",
+    )
+    backoff: Backoff = Field(default_factory=Backoff, description="Delay between retries.")
+
+
+class Detection(_Section):
+    """What counts as a hang, a checkpoint and a slowdown for covered workloads."""
+
+    hang_timeout: Duration = Field(
+        default=_duration("30m"),
+        description="Progress silence after which the attempt is a hang (duration). 30 min "
+        "covers a slow checkpoint save on large models without waiting for NCCL's own 10 min x retries.",
+    )
+    progress_regex: Regex | None = Field(
+        default=None,
+        description="Portable regex of a progress line (e.g. 'iteration [0-9]+'). Null: any "
+        "output line counts as progress.",
+    )
+    checkpoint_regex: Regex = Field(
+        default=DEFAULT_CHECKPOINT_REGEX,
+        description="Portable regex of a line that proves a checkpoint was written; drives "
+        "retries.maxAttemptsWithoutCheckpoint.",
+    )
+    throughput_drop_threshold: float = Field(
+        default=0.5,
+        gt=0.0,
+        lt=1.0,
+        description="Fraction of the recent baseline below which throughput counts "
+        "as dropped (0.5 = half speed). Conservative, so jitter is not a straggler.",
+    )
+    throughput_window: Duration = Field(
+        default=_duration("10m"), description="How long a drop must last, and the baseline length (duration)."
+    )
+    throughput_drop_action: Literal["off", "requeue"] = Field(
+        default="off",
+        description="'off': stragglers are detected and recorded, never acted on (default, as "
+        "restarting a slow job is costly and often wrong). 'requeue': requeue without the slow node.",
+    )
+    settle: Duration = Field(
+        default=_duration("30s"),
+        description="Wait after the first failure line before concluding, so the whole "
+        "cascade (other ranks' timeouts) is read and the first cause is found (duration).",
+    )
+    extra_patterns: list[patterns.PatternSpec] = Field(
+        default_factory=list,
+        description="Operator patterns added to the catalog for covered workloads (catalog schema: snake_case keys).",
+    )
+
+    @field_validator("progress_regex", "checkpoint_regex")
+    @classmethod
+    def _portable(cls, value: str | None) -> str | None:
+        if value is not None:
+            patterns.check_portable(value)
+        return value
+
+
+class Exclusion(_Section):
+    """Which nodes a retry avoids, and when a node is a lemon."""
+
+    exclude_on_hardware: bool = Field(
+        default=True, description="Requeue without the suspect nodes when the verdict is hardware."
+    )
+    max_excluded_nodes_per_job: int = Field(
+        default=2,
+        ge=0,
+        le=64,
+        description="Most nodes one job may have excluded in total. 2, like NVRx "
+        "LogSage's isolation count: a wrong verdict cannot shrink the usable pool much.",
+    )
+    lemon_node_threshold: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="A node implicated in this many incidents (workload, attempt) "
+        "within lemonNodeWindow is a lemon (Meta's lemon-node practice).",
+    )
+    lemon_node_window: Duration = Field(default=_duration("7d"), description="Window of lemon counting (duration).")
+    drain_lemon_nodes: bool = Field(
+        default=False,
+        description="Drain (Slurm) or cordon (Kubernetes) lemon nodes. Off by default: taking "
+        "nodes away from everyone is the operators' call.",
+    )
+
+
+class Actions(_Section):
+    """Operations this policy may perform in Action mode."""
+
+    allowed: list[ActionName] = Field(
+        default_factory=lambda: [ActionName.REQUEUE, ActionName.STOP],
+        description="Allowed operations. Default requeue and stop: node drains need an explicit opt-in.",
+    )
+
+
+class BlastRadius(_Section):
+    """Limits that keep a wrong verdict from hurting the whole cluster (peer practice: <=3/h, 50%/5 min)."""
+
+    max_actions_per_hour: int = Field(
+        default=20,
+        ge=0,
+        le=10000,
+        description="Operations across all workloads in any rolling hour; 0 "
+        "blocks every action. 20 is generous for one cluster, low enough to stop a restart storm.",
+    )
+    max_drained_share: float = Field(
+        default=0.1,
+        ge=0.0,
+        le=1.0,
+        description="Largest fraction of a partition's nodes we may hold drained at once (0.1 = 10%).",
+    )
+
+
+class Watchdog(_Section):
+    """Deadline of a decision; after it the workload is released to the scheduler's default behaviour."""
+
+    deadline: Duration = Field(
+        default=_duration("5m"),
+        description="Time from advice to verified outcome (duration). 5 min covers a requeue, "
+        "hold, exclusion and release round trip on a busy slurmctld.",
+    )
+
+
+class AttributionService(_Section):
+    """Optional external attribution service (HTTP JSON, see docs/policy.md)."""
+
+    url: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=r"^https?://[^\s]+$",
+        description="POST endpoint of the service. Null: built-in rules only.",
+    )
+    timeout: Duration = Field(
+        default=_duration("5s"), description="Time box of one call (duration); on expiry the built-in verdict is used."
+    )
+
+
+class RecoveryPolicySpec(_Section):
+    """The spec of a RecoveryPolicy (also the CRD's spec schema)."""
+
+    mode: vocab.Mode = Field(
+        default=vocab.Mode.MONITOR,
+        description="Monitor records advice and does nothing; Action acts. "
+        "Monitor by default so a new policy is compared with human decisions before it gets authority.",
+    )
+    selector: Selector = Field(default_factory=Selector, description="Workloads covered.")
+    retries: Retries = Field(default_factory=Retries, description="Retry budget.")
+    detection: Detection = Field(default_factory=Detection, description="Detection settings.")
+    exclusion: Exclusion = Field(default_factory=Exclusion, description="Node exclusion and lemon nodes.")
+    actions: Actions = Field(default_factory=Actions, description="Allowed operations.")
+    blast_radius: BlastRadius = Field(default_factory=BlastRadius, description="Cluster-wide limits.")
+    watchdog: Watchdog = Field(default_factory=Watchdog, description="Decision deadline.")
+    attribution: AttributionService = Field(
+        default_factory=AttributionService, description="External attribution service."
+    )
+    do_not_requeue_exit_codes: list[Annotated[int, Field(ge=0, le=255)]] = Field(
+        default_factory=lambda: [93],
+        description="Exit codes by which a job says 'do not requeue me'; 93 is NVRx's no-restart code.",
+    )
+    application_error_action: Literal["requeue", "stop"] = Field(
+        default="requeue",
+        description="What an application-attributed failure gets: 'requeue' within the "
+        "retry budget (a transient bug or bad node may pass), or 'stop' at once.",
+    )
+
+
+class Metadata(BaseModel):
+    """The part of Kubernetes object metadata a policy needs."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="Policy name (DNS-1123 subdomain).",
+    )
+    namespace: str | None = None
+
+
+class RecoveryPolicy(BaseModel):
+    """A named policy: ``metadata.name`` + ``spec``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["RecoveryPolicy"] = KIND
+    metadata: Metadata
+    spec: RecoveryPolicySpec = Field(default_factory=RecoveryPolicySpec)
+
+    @field_validator("api_version")
+    @classmethod
+    def _group(cls, value: str) -> str:
+        if not value.startswith("trainguard.dev/"):
+            raise ValueError(f"apiVersion must be in the trainguard.dev group, got {value!r}")
+        return value
+
+    @property
+    def name(self) -> str:
+        """The name jobs select: ``selector.policyName`` if set, else ``metadata.name``."""
+        return self.spec.selector.policy_name or self.metadata.name
+
+
+def crd_openapi_schema() -> dict[str, Any]:
+    """A Kubernetes structural OpenAPI v3 schema of ``RecoveryPolicySpec``.
+
+    Derived from ``model_json_schema`` so defaults and bounds have one source: ``$ref`` inlined,
+    ``anyOf [X, null]`` turned into ``X`` + ``nullable: true``, ``const`` into a one-value enum,
+    numeric ``exclusiveMinimum``/``Maximum`` into OpenAPI 3.0's boolean form, ``additionalProperties:
+    false`` dropped (the apiserver prunes unknown fields; our loader rejects them), titles and null
+    defaults dropped, list defaults taken from a default spec, and ``default: {}`` on nested objects
+    so the apiserver fills in their fields' defaults.
+    """
+    raw = RecoveryPolicySpec.model_json_schema(by_alias=True, mode="validation")
+    definitions: dict[str, Any] = raw.pop("$defs", {})
+    defaults = RecoveryPolicySpec().model_dump(by_alias=True, mode="json")
+    result: dict[str, Any] = _structural(raw, definitions, defaults)
+    return result
+
+
+def _structural(node: Any, definitions: dict[str, Any], defaults: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    ref = node.pop("$ref", None)
+    if ref is not None:
+        target = copy.deepcopy(definitions[ref.rsplit("/", 1)[-1]])
+        node = {**target, **node}
+    any_of = node.pop("anyOf", None)
+    if any_of is not None:
+        options = [option for option in any_of if option.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express anyOf {any_of!r} as a structural schema")
+        node = {**options[0], **node}
+        if len(options) != len(any_of):
+            node["nullable"] = True
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    for bound, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        value = node.get(bound)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            node[inclusive] = value
+            node[bound] = True
+    if node.get("additionalProperties") is False:
+        del node["additionalProperties"]
+    node.pop("title", None)
+    if "default" in node and node["default"] is None:
+        del node["default"]
+    result: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            nested = defaults if isinstance(defaults, dict) else {}
+            result[key] = {name: _structural(prop, definitions, nested.get(name)) for name, prop in value.items()}
+        elif key in ("items", "additionalProperties"):
+            result[key] = _structural(value, definitions, None)
+        else:
+            result[key] = value
+    if result.get("type") == "object" and "properties" in result and not result.get("required"):
+        result.setdefault("default", {})
+    elif "default" not in result and isinstance(defaults, list):
+        result["default"] = defaults
+    return result

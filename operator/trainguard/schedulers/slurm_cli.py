@@ -1,0 +1,402 @@
+"""Slurm text and JSON parsing, and command building, shared by every Slurm transport.
+
+Pure functions, no I/O: ``slurm_local`` (commands on this host), ``slurm_ssh`` (the same
+commands over SSH) and ``slurm_rest`` (slurmrestd JSON) turn what Slurm prints into
+``workloads.JobSnapshot`` / ``NodeSnapshot`` here, so all three agree on what a job is.
+
+Shapes handled (checked on Slurm 22.05.8; 24.11 shapes from the data_parser sources):
+- ``scontrol -o show job|node``: one line of ``Key=value`` pairs; values may contain spaces
+  (``Comment=trainguard policy=x``, ``OS=Linux 6.1 #1 SMP``, a node ``Reason=`` last);
+- ``squeue --json`` / slurmrestd v0.0.38: ``job_state`` a string, ``exit_code`` the raw wait
+  status (768 = exit 3, 9 = SIGKILL), numbers plain;
+- v0.0.40+ (24.11): ``job_state`` a list, numbers as ``{"set": .., "number": ..}``,
+  ``exit_code`` as ``{"return_code": .., "signal": {"id": ..}}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trainguard.model import workloads
+from trainguard.schedulers import base
+
+JOB_ID_RE = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$")
+"""A job id we accept: ``123`` or an array task ``123_4``. Anything else never reaches a command."""
+
+NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+"""A Slurm node name (RFC 1123-ish host label, plus ``_``/``.``)."""
+
+OPT_IN_TOKEN = "trainguard"
+"""A job opts in when the first whitespace token of its comment is exactly this."""
+
+_KEY_RE = re.compile(r"(?:^|(?<= ))([A-Z][A-Za-z0-9/:_]*)=")
+_BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
+_REASON_STAMP_RE = re.compile(r"\s*\[[^\[\]@]*@[^\[\]]*\]$")
+
+
+def validate_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+        raise base.SchedulerError(f"not a Slurm job id: {job_id!r} (expected 123 or 123_4)")
+    return job_id
+
+
+def validate_node(node: str) -> str:
+    if not isinstance(node, str) or not NODE_RE.match(node):
+        raise base.SchedulerError(f"not a Slurm node name: {node!r}")
+    return node
+
+
+def opted_in(comment: str) -> bool:
+    words = comment.split()
+    return bool(words) and words[0] == OPT_IN_TOKEN
+
+
+def workload_id(cluster: str, job_id: str) -> str:
+    """``slurm/<cluster>/<job id>`` (see ``model.ids.WorkloadId``)."""
+    return f"slurm/{cluster or 'default'}/{job_id}"
+
+
+# ---------------------------------------------------------------- hostlists
+
+
+def _split_top(expr: str) -> list[str]:
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in expr:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in hostlist {expr!r}")
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise ValueError(f"unbalanced '[' in hostlist {expr!r}")
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _expand_range(body: str, expr: str) -> list[str]:
+    out: list[str] = []
+    for piece in body.split(","):
+        lo, sep, hi = piece.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"bad range {piece!r} in hostlist {expr!r}")
+        if not sep:
+            out.append(lo)
+            continue
+        width = len(lo) if lo.startswith("0") else 0
+        a, b = int(lo), int(hi)
+        if b < a or b - a > 100_000:
+            raise ValueError(f"bad range {piece!r} in hostlist {expr!r}")
+        out.extend(str(i).zfill(width) for i in range(a, b + 1))
+    return out
+
+
+def _expand_one(item: str, expr: str) -> list[str]:
+    m = _BRACKET_RE.search(item)
+    if m is None:
+        return [item]
+    head, tail = item[: m.start()], item[m.end() :]
+    return [head + value + rest for value in _expand_range(m.group(1), expr) for rest in _expand_one(tail, expr)]
+
+
+def expand_hostlist(expr: str | None) -> list[str]:
+    """``node[1-3,5],gpu-a[01-02]`` -> ``node1 node2 node3 node5 gpu-a01 gpu-a02`` (order kept).
+
+    Several bracket groups in one name give their product (``r[1-2]n[1-2]``); zero padding
+    of the lower bound is kept. ``(null)``, ``None`` and empty give ``[]``.
+    """
+    if not expr or expr in ("(null)", "None", "N/A"):
+        return []
+    names: list[str] = []
+    for item in _split_top(expr):
+        names.extend(_expand_one(item, expr))
+    return names
+
+
+# ---------------------------------------------------------------- scontrol -o
+
+
+def parse_kv_line(line: str) -> dict[str, str]:
+    """Split one ``scontrol -o show ...`` line into ``Key -> value``.
+
+    A key is a capitalised word followed by ``=`` at the start or after a space; everything up
+    to the next key is the value (so values with spaces survive, e.g. a comment
+    ``trainguard policy=x max-retries=3``: its lowercase keys are not scontrol keys).
+    """
+    line = line.rstrip("\n")
+    matches = list(_KEY_RE.finditer(line))
+    fields: dict[str, str] = {}
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        fields.setdefault(m.group(1), line[m.end() : end].strip())
+    return fields
+
+
+def _null(value: str | None) -> str:
+    return "" if value in (None, "(null)", "None", "N/A") else str(value)
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _parse_time(value: str | None) -> float | None:
+    """scontrol prints local time without a zone (``2026-11-29T15:44:37``)."""
+    text = _null(value)
+    if not text or text == "Unknown":
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def job_state(text: str | Sequence[str] | None) -> workloads.JobState:
+    """Slurm's base state (``RUNNING``, or ``["PENDING", "REQUEUED"]`` on 24.11) -> JobState."""
+    if isinstance(text, str):
+        names = [text]
+    elif text:
+        names = [str(t) for t in text]
+    else:
+        names = []
+    for name in names:
+        base_name = name.split("+")[0].strip().upper()
+        try:
+            return workloads.JobState(base_name)
+        except ValueError:
+            continue
+    return workloads.JobState.UNKNOWN
+
+
+def _held(priority: int | None, reason: str) -> bool:
+    return priority == 0 or reason in ("JobHeldUser", "JobHeldAdmin")
+
+
+def job_from_scontrol(fields: Mapping[str, str], cluster: str) -> workloads.JobSnapshot:
+    """One ``scontrol -o show job`` record. Its StdOut/StdErr already have %j/%x/%A/%a expanded."""
+    array_job, array_task = _null(fields.get("ArrayJobId")), _null(fields.get("ArrayTaskId"))
+    job_id = f"{array_job}_{array_task}" if array_job and array_task.isdigit() else fields.get("JobId", "")
+    code, _, sig = fields.get("ExitCode", "").partition(":")
+    reason = _null(fields.get("Reason"))
+    priority = _int_or_none(fields.get("Priority"))
+    state = job_state(fields.get("JobState"))
+    return workloads.JobSnapshot(
+        workload=workload_id(cluster, job_id),
+        job_id=job_id,
+        name=_null(fields.get("JobName")),
+        state=state,
+        reason="" if reason == "None" else reason,
+        exit_code=_int_or_none(code),
+        exit_signal=_int_or_none(sig),
+        attempt=_int_or_none(fields.get("Restarts")) or 0,
+        nodes=expand_hostlist(fields.get("NodeList")),
+        excluded_nodes=expand_hostlist(fields.get("ExcNodeList")),
+        comment=_null(fields.get("Comment")),
+        partition=_null(fields.get("Partition")),
+        stdout_path=_null(fields.get("StdOut")) or None,
+        stderr_path=_null(fields.get("StdErr")) or None,
+        held=_held(priority, reason),
+        requeue_allowed=fields.get("Requeue", "1") != "0",
+        array_job_id=array_job or None,
+        array_task_id=array_task if array_task.isdigit() else None,
+        submitted_at=_parse_time(fields.get("SubmitTime")),
+        started_at=None if state is workloads.JobState.PENDING else _parse_time(fields.get("StartTime")),
+        ended_at=_parse_time(fields.get("EndTime")) if state.finished else None,
+    )
+
+
+def node_from_fields(name: str, state: str, reason: str, partitions: str | Sequence[str]) -> workloads.NodeSnapshot:
+    """Node state as Slurm prints it (``IDLE+DRAIN``, ``MIXED``, or a list on 24.11)."""
+    reason = _REASON_STAMP_RE.sub("", _null(reason))
+    parts = partitions.split(",") if isinstance(partitions, str) else list(partitions)
+    return workloads.NodeSnapshot(
+        name=name,
+        state=state.upper(),
+        reason=reason,
+        partitions=[p for p in (_null(x).strip() for x in parts) if p],
+        drained="DRAIN" in state.upper(),
+    )
+
+
+def node_from_scontrol(fields: Mapping[str, str]) -> workloads.NodeSnapshot:
+    return node_from_fields(
+        fields.get("NodeName", ""), fields.get("State", ""), fields.get("Reason", ""), fields.get("Partitions", "")
+    )
+
+
+# ---------------------------------------------------------------- JSON (squeue --json, slurmrestd)
+
+
+def _num(value: Any) -> int | None:
+    """A plain number (v0.0.38) or ``{"set": true, "number": n}`` (v0.0.40+)."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _exit(value: Any) -> tuple[int | None, int | None]:
+    if isinstance(value, dict) and ("return_code" in value or "signal" in value):
+        sig = value.get("signal") or {}
+        signal = _num(sig.get("id")) if isinstance(sig, dict) else None
+        return _num(value.get("return_code")), signal or 0
+    raw = _num(value)
+    if raw is None:
+        return None, None
+    return (raw >> 8) & 0xFF, raw & 0x7F
+
+
+def _str_list(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return _null(value if isinstance(value, str) else None)
+
+
+def expand_output_path(pattern: str, *, job_id: str, name: str, user: str, array_job: str, array_task: str,
+                       first_node: str) -> str:
+    """Expand sbatch's filename pattern like slurmctld does for ``scontrol show job`` (%j %x %A %a %u %N %%).
+
+    Needed for ``squeue --json`` and slurmrestd, which return the raw pattern.
+    """
+    def repl(m: re.Match[str]) -> str:
+        width, code = m.group(1), m.group(2)
+        values = {"j": job_id, "J": job_id, "x": name, "u": user, "A": array_job or job_id,
+                  "a": array_task or "4294967294", "N": first_node, "%": "%"}
+        if code not in values:
+            return m.group(0)
+        value = values[code]
+        return value.zfill(int(width)) if width and value.isdigit() else value
+
+    return re.sub(r"%(\d*)([jJxuAaN%])", repl, pattern)
+
+
+def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSnapshot | None:
+    """One job of ``squeue --json`` / slurmrestd ``jobs[]``; None for a not-yet-split array record."""
+    raw_id = _num(rec.get("job_id"))
+    if raw_id is None:
+        return None
+    array_job = _num(rec.get("array_job_id")) or 0
+    array_task = _num(rec.get("array_task_id"))
+    if array_job and array_task is None:
+        return None  # pending array tasks still in one record (e.g. 12_[4-10]): seen once they split
+    job_id = f"{array_job}_{array_task}" if array_job and array_task is not None else str(raw_id)
+    name = _null(rec.get("name"))
+    state = job_state(rec.get("job_state"))
+    reason = _null(rec.get("state_reason"))
+    reason = "" if reason == "None" else reason
+    priority = _num(rec.get("priority"))
+    code, signal = _exit(rec.get("exit_code"))
+    nodes = expand_hostlist(_str_list(rec.get("nodes")))
+    first_node = _null(rec.get("batch_host")) or (nodes[0] if nodes else "")
+    fmt = dict(job_id=str(raw_id), name=name, user=_null(rec.get("user_name")),
+               array_job=str(array_job) if array_job else "",
+               array_task=str(array_task) if array_task is not None else "", first_node=first_node)
+    stdout = _null(rec.get("standard_output"))
+    workdir = _null(rec.get("current_working_directory"))
+    if not stdout and workdir and rec.get("batch_flag", True):
+        # sbatch's default output file, relative to the job's working directory
+        stdout = f"{workdir.rstrip('/')}/slurm-{'%A_%a' if array_job else '%j'}.out"
+    stderr = _null(rec.get("standard_error")) or stdout
+    started = _num(rec.get("start_time"))
+    ended = _num(rec.get("end_time"))
+    return workloads.JobSnapshot(
+        workload=workload_id(cluster or _null(rec.get("cluster")), job_id),
+        job_id=job_id,
+        name=name,
+        state=state,
+        reason=reason,
+        exit_code=code,
+        exit_signal=signal,
+        attempt=_num(rec.get("restart_cnt")) or 0,
+        nodes=nodes,
+        excluded_nodes=expand_hostlist(_str_list(rec.get("excluded_nodes"))),
+        comment=_null(rec.get("comment")) if isinstance(rec.get("comment"), str) else "",
+        partition=_null(rec.get("partition")),
+        stdout_path=expand_output_path(stdout, **fmt) if stdout else None,
+        stderr_path=expand_output_path(stderr, **fmt) if stderr else None,
+        held=_held(priority, reason),
+        requeue_allowed=bool(rec.get("requeue", True)),
+        array_job_id=str(array_job) if array_job else None,
+        array_task_id=str(array_task) if array_job and array_task is not None else None,
+        submitted_at=float(v) if (v := _num(rec.get("submit_time"))) else None,
+        started_at=float(started) if started and state is not workloads.JobState.PENDING else None,
+        ended_at=float(ended) if ended and state.finished else None,
+    )
+
+
+# ---------------------------------------------------------------- command building (argv lists only)
+
+
+def argv_list_jobs() -> list[str]:
+    return ["squeue", "--json"]
+
+
+def argv_show_job(job_id: str) -> list[str]:
+    return ["scontrol", "-o", "show", "job", validate_job_id(job_id)]
+
+
+def argv_show_nodes() -> list[str]:
+    return ["scontrol", "-o", "show", "node"]
+
+
+def argv_job_op(op: str, job_id: str) -> list[str]:
+    if op not in ("requeue", "requeuehold", "hold", "release"):
+        raise ValueError(f"unknown job operation {op!r}")
+    return ["scontrol", op, validate_job_id(job_id)]
+
+
+def argv_cancel(job_id: str) -> list[str]:
+    return ["scancel", validate_job_id(job_id)]
+
+
+def argv_exclude(job_id: str, nodes: Sequence[str]) -> list[str]:
+    names = [validate_node(n) for n in nodes]
+    return ["scontrol", "update", f"JobId={validate_job_id(job_id)}", f"ExcNodeList={','.join(names)}"]
+
+
+def argv_node_state(node: str, state: str, reason: str | None = None) -> list[str]:
+    if state not in ("DRAIN", "RESUME"):
+        raise ValueError(f"unknown node state {state!r}")
+    argv = ["scontrol", "update", f"NodeName={validate_node(node)}", f"State={state}"]
+    if reason is not None:
+        argv.append(f"Reason={our_reason(reason)}")
+    return argv
+
+
+def our_reason(reason: str) -> str:
+    """Prefix a reason with our tag (once) and keep it on one printable line."""
+    text = " ".join(reason.split())
+    if not text.startswith(base.OUR_REASON_PREFIX):
+        text = f"{base.OUR_REASON_PREFIX} {text}".rstrip()
+    return text[:256]
+
+
+# ---------------------------------------------------------------- scheduler answers
+
+GONE_MESSAGES = ("Invalid job id specified", "Invalid job id")
+PENDING_MESSAGE = "Job is pending execution"
+NOT_PENDING_MESSAGE = "Job is no longer pending execution"
+FINISHED_MESSAGE = "Job has already finished"
+
+
+def is_gone(message: str) -> bool:
+    return any(m in message for m in GONE_MESSAGES)

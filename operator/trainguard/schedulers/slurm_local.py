@@ -1,0 +1,213 @@
+"""The Slurm CLI scheduler: ``scontrol``/``squeue``/``scancel`` through a ``runner.Runner``.
+
+This is the ``slurm-local`` transport (``runner.LocalRunner`` on this host) and, with the SSH
+runner of ``slurm_ssh``, the ``slurm-ssh`` transport. It implements ``base.Scheduler`` for
+the executor (``act/``) and job discovery (``signals/discovery``); parsing lives in
+``slurm_cli``. Works with Slurm 22.05 (Debian 12) and 24.11 (Debian 13): ``squeue --json``
+on both, ``scontrol --json`` from 23.02 on, ``scontrol -o`` text otherwise.
+
+"Already done" answers are success, as the Protocol asks (checked on the local cluster):
+requeue of a pending job ("Job is pending execution"), release of a finished job, drain of a
+node that is already drained, resume of a node that is not drained. "Invalid job id" is
+``JobGone``. A drain that is not ours is never resumed (Slinky ``IsNodeReasonOurs``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from trainguard.model import workloads
+from trainguard.schedulers import base, runner, slurm_cli
+
+logger = logging.getLogger(__name__)
+
+_VERSION_RE = re.compile(r"(\d+)\.(\d+)")
+
+
+class SlurmCommandScheduler:
+    """``base.Scheduler`` over Slurm's own commands; one instance per cluster."""
+
+    def __init__(self, run: runner.Runner, *, name: str = "slurm-local", cluster: str | None = None) -> None:
+        self.name = name
+        self.runner = run
+        self._cluster = cluster
+        self._major: int | None = None
+
+    # ------------------------------------------------------------ plumbing
+
+    async def _call(self, argv: Sequence[str], *, ok_if: Sequence[str] = ()) -> runner.CommandResult:
+        res = await self.runner.run(argv)
+        if res.ok:
+            return res
+        msg = res.message
+        if slurm_cli.is_gone(msg):
+            raise base.JobGone(f"{self.name}: {msg}")
+        if any(m in msg for m in ok_if):
+            logger.info("%s: %s: already done (%s)", self.name, " ".join(argv), msg)
+            return res
+        raise base.SchedulerError(f"{self.name}: {' '.join(argv[:2])} failed (exit {res.returncode}): {msg}")
+
+    async def slurm_major(self) -> int:
+        """Slurm's major version (22, 24, ...), read once from ``scontrol --version``."""
+        if self._major is None:
+            res = await self._call(["scontrol", "--version"])
+            m = _VERSION_RE.search(res.stdout)
+            if m is None:
+                raise base.SchedulerError(f"{self.name}: cannot read the Slurm version from {res.stdout!r}")
+            self._major = int(m.group(1))
+        return self._major
+
+    async def cluster(self) -> str:
+        if self._cluster is None:
+            res = await self._call(["scontrol", "show", "config"])
+            m = re.search(r"^ClusterName\s*=\s*(\S+)", res.stdout, re.MULTILINE)
+            self._cluster = m.group(1) if m else "default"
+        return self._cluster
+
+    def _json(self, res: runner.CommandResult) -> dict[str, Any]:
+        try:
+            data = json.loads(res.stdout)
+        except json.JSONDecodeError as exc:
+            raise base.SchedulerError(f"{self.name}: {res.argv[0]} printed no JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise base.SchedulerError(f"{self.name}: {res.argv[0]} printed JSON that is not an object")
+        errors = [e for e in data.get("errors") or [] if isinstance(e, dict)]
+        if errors:
+            text = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors)
+            if slurm_cli.is_gone(text):
+                raise base.JobGone(f"{self.name}: {text}")
+            raise base.SchedulerError(f"{self.name}: {res.argv[0]}: {text}")
+        return data
+
+    # ------------------------------------------------------------ reads
+
+    async def list_jobs(self) -> list[workloads.JobSnapshot]:
+        """One ``squeue --json`` for all jobs (pending, running and finished within MinJobAge)."""
+        data = self._json(await self._call(slurm_cli.argv_list_jobs()))
+        jobs: list[workloads.JobSnapshot] = []
+        for rec in data.get("jobs") or []:
+            if not isinstance(rec, dict) or not slurm_cli.opted_in(str(rec.get("comment") or "")):
+                continue
+            if self._cluster is None and isinstance(rec.get("cluster"), str):
+                self._cluster = rec["cluster"]
+            snap = slurm_cli.job_from_json(rec, self._cluster or "")
+            if snap is not None:
+                jobs.append(snap)
+        return jobs
+
+    async def get_job(self, job_id: str) -> workloads.JobSnapshot:
+        slurm_cli.validate_job_id(job_id)
+        cluster = await self.cluster()
+        if await self.slurm_major() >= 23:
+            data = self._json(await self._call(["scontrol", "--json", "show", "job", job_id]))
+            snaps = [s for r in data.get("jobs") or [] if (s := slurm_cli.job_from_json(r, cluster))]
+        else:
+            res = await self._call(slurm_cli.argv_show_job(job_id))
+            snaps = [
+                slurm_cli.job_from_scontrol(slurm_cli.parse_kv_line(line), cluster)
+                for line in res.stdout.splitlines()
+                if line.startswith("JobId=")
+            ]
+        for snap in snaps:
+            if snap.job_id == job_id:
+                return snap
+        if len(snaps) == 1:
+            return snaps[0]
+        if not snaps:
+            raise base.JobGone(f"{self.name}: job {job_id} not found")
+        raise base.SchedulerError(f"{self.name}: {job_id} names {len(snaps)} array tasks; use 123_4 ids")
+
+    async def list_nodes(self) -> list[workloads.NodeSnapshot]:
+        res = await self._call(slurm_cli.argv_show_nodes())
+        return [
+            slurm_cli.node_from_scontrol(slurm_cli.parse_kv_line(line))
+            for line in res.stdout.splitlines()
+            if line.startswith("NodeName=")
+        ]
+
+    async def _node(self, node: str) -> workloads.NodeSnapshot:
+        slurm_cli.validate_node(node)
+        for snap in await self.list_nodes():
+            if snap.name == node:
+                return snap
+        raise base.SchedulerError(f"{self.name}: unknown node {node!r}")
+
+    # ------------------------------------------------------------ job operations
+
+    async def requeue(self, job_id: str) -> None:
+        logger.info("%s: requeue %s", self.name, job_id)
+        await self._call(slurm_cli.argv_job_op("requeue", job_id), ok_if=[slurm_cli.PENDING_MESSAGE])
+
+    async def requeue_hold(self, job_id: str) -> None:
+        logger.info("%s: requeuehold %s", self.name, job_id)
+        res = await self._call(slurm_cli.argv_job_op("requeuehold", job_id), ok_if=[slurm_cli.PENDING_MESSAGE])
+        if not res.ok:  # already pending: holding it gives the same end state
+            await self.hold(job_id)
+
+    async def hold(self, job_id: str) -> None:
+        logger.info("%s: hold %s", self.name, job_id)
+        await self._call(slurm_cli.argv_job_op("hold", job_id))
+
+    async def release(self, job_id: str) -> None:
+        logger.info("%s: release %s", self.name, job_id)
+        await self._call(slurm_cli.argv_job_op("release", job_id), ok_if=[slurm_cli.FINISHED_MESSAGE])
+
+    async def cancel(self, job_id: str) -> None:
+        logger.info("%s: cancel %s", self.name, job_id)
+        await self._call(slurm_cli.argv_cancel(job_id), ok_if=[slurm_cli.FINISHED_MESSAGE])
+
+    async def exclude_nodes(self, job_id: str, nodes: list[str]) -> None:
+        for node in nodes:
+            slurm_cli.validate_node(node)
+        known = {n.name for n in await self.list_nodes()}
+        unknown = sorted(set(nodes) - known)
+        if unknown:
+            raise base.SchedulerError(f"{self.name}: cannot exclude unknown node(s) {', '.join(unknown)}")
+        job = await self.get_job(job_id)
+        merged = list(job.excluded_nodes) + [n for n in dict.fromkeys(nodes) if n not in job.excluded_nodes]
+        if merged == list(job.excluded_nodes):
+            logger.info("%s: %s already excludes %s", self.name, job_id, ",".join(nodes))
+            return
+        if job.state is not workloads.JobState.PENDING:
+            raise base.SchedulerError(
+                f"{self.name}: excluded nodes can only change while a job is pending; {job_id} is {job.state}"
+            )
+        logger.info("%s: exclude %s from %s", self.name, ",".join(nodes), job_id)
+        await self._call(slurm_cli.argv_exclude(job_id, merged))
+
+    # ------------------------------------------------------------ node operations
+
+    async def drain_node(self, node: str, reason: str) -> None:
+        snap = await self._node(node)
+        if snap.drained:
+            ours = snap.reason.startswith(base.OUR_REASON_PREFIX)
+            logger.info("%s: %s already drained (%s drain: %s)", self.name, node, "our" if ours else "foreign",
+                        snap.reason)
+            return
+        logger.info("%s: drain %s", self.name, node)
+        await self._call(slurm_cli.argv_node_state(node, "DRAIN", reason))
+
+    async def resume_node(self, node: str) -> None:
+        snap = await self._node(node)
+        if not snap.drained:
+            logger.info("%s: %s is not drained", self.name, node)
+            return
+        if not snap.reason.startswith(base.OUR_REASON_PREFIX):
+            raise base.SchedulerError(
+                f"{self.name}: refusing to resume {node}: its drain is not ours ({snap.reason!r})"
+            )
+        logger.info("%s: resume %s", self.name, node)
+        await self._call(slurm_cli.argv_node_state(node, "RESUME"))
+
+    async def close(self) -> None:
+        await self.runner.close()
+
+
+def open_local(*, env: dict[str, str] | None = None, timeout: float = runner.DEFAULT_TIMEOUT,
+               cluster: str | None = None) -> SlurmCommandScheduler:
+    """``slurm-local``: Slurm commands on this host; ``env`` adds e.g. ``SLURM_CONF``."""
+    return SlurmCommandScheduler(runner.LocalRunner(env=env, timeout=timeout), name="slurm-local", cluster=cluster)

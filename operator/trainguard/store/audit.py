@@ -1,0 +1,486 @@
+"""The audit repository: every record of the loop, durable before anything is done.
+
+Place in the loop: the sink of every stage (anomaly, verdict, advice, action, outcome,
+watchdog) and the memory of the executor (``act/``), which reads back its own action rows
+after a restart to resume instead of repeating. Callers get plain pydantic values, never
+ORM objects. Each write is one transaction that also appends to ``audit_log``, the unified
+stream ``trainguard audit`` prints, so the stream and the tables cannot disagree.
+
+Idempotence is enforced by unique keys (see ``tables``): writing an advice or an action
+intent a second time returns what is already there instead of a duplicate. Errors are
+raised, never swallowed: a record that cannot be written must stop the action it precedes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from trainguard.model import actions, advice, anomalies, verdicts, vocab
+from trainguard.store import tables
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditContext:
+    """Versions written into every audit row, so a record can be traced to its configuration."""
+
+    policy_version: str = ""
+    catalog_version: str = ""
+    settings_fingerprint: str = ""
+
+
+class AuditRecord(BaseModel):
+    """One record of the unified stream (``trainguard audit``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    time: datetime.datetime
+    workload: str
+    attempt: int | None
+    kind: vocab.AuditKind
+    payload: dict[str, Any]
+    decided_by: str
+    policy_version: str = ""
+    catalog_version: str = ""
+    settings_fingerprint: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract shape: ``time`` is UTC ISO 8601 with microseconds and ``+00:00``."""
+        data = self.model_dump(mode="json", exclude={"time"})
+        data["time"] = iso_utc(self.time)
+        return data
+
+
+class WorkloadRecord(BaseModel):
+    """A tracked workload as stored."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    scheduler: str
+    job_id: str
+    policy: str
+    comment: str
+    opt_in_errors: list[str]
+    state: str
+    first_seen: float
+    last_seen: float
+
+
+class NodeImplication(BaseModel):
+    """A node named as a suspect, for lemon-node memory."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    workload: str
+    category: str
+    at: float
+
+
+def to_datetime(epoch: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC)
+
+
+def to_epoch(when: datetime.datetime) -> float:
+    return when.timestamp()
+
+
+def iso_utc(when: datetime.datetime) -> str:
+    """``2026-11-29T16:03:04.123456+00:00``: always UTC, always six fraction digits."""
+    return when.astimezone(datetime.UTC).isoformat(timespec="microseconds")
+
+
+def _action_record(row: tables.ActionRow) -> actions.ActionRecord:
+    return actions.ActionRecord(
+        workload=row.workload, attempt=row.attempt, generation=row.generation, step=row.step,
+        operation=actions.Operation(row.operation), args=dict(row.args), status=actions.ActionStatus(row.status),
+        error=row.error, decided_by=vocab.Decider(row.decided_by),
+        created_at=to_epoch(row.created_at), updated_at=to_epoch(row.updated_at),
+    )
+
+
+def _outcome_record(row: tables.OutcomeRow) -> actions.OutcomeRecord:
+    return actions.OutcomeRecord(
+        workload=row.workload, attempt=row.attempt, generation=row.generation,
+        disposition=vocab.Disposition(row.disposition), detail=row.detail,
+        decided_by=vocab.Decider(row.decided_by), at=to_epoch(row.at),
+    )
+
+
+def advice_payload(item: advice.Advice) -> dict[str, Any]:
+    """The advice as stored and as shown in the audit stream (``exclusions`` is the contract name)."""
+    data = item.model_dump(mode="json")
+    data["exclusions"] = list(item.exclude_nodes)
+    return data
+
+
+class AuditStore:
+    """Async repository over one database. Create it with ``database.open_store``."""
+
+    def __init__(self, engine: AsyncEngine, *, context: AuditContext) -> None:
+        self._engine = engine
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self.context = context
+
+    @property
+    def backend(self) -> str:
+        """``sqlite``, ``postgresql`` or ``mysql``."""
+        return self._engine.dialect.name
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+    async def _transaction(self, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        async with self._sessions() as session, session.begin():
+            return await work(session)
+
+    def _log(
+        self, session: AsyncSession, *, at: float, workload: str, attempt: int | None, kind: vocab.AuditKind,
+        payload: dict[str, Any], decided_by: str,
+    ) -> None:
+        session.add(tables.AuditLogRow(
+            time=to_datetime(at), workload=workload, attempt=attempt, kind=kind.value, payload=payload,
+            decided_by=decided_by, policy_version=self.context.policy_version,
+            catalog_version=self.context.catalog_version, settings_fingerprint=self.context.settings_fingerprint,
+        ))
+
+    @staticmethod
+    async def _ensure_workload(session: AsyncSession, workload: str, at: float) -> None:
+        if await session.get(tables.Workload, workload) is None:
+            when = to_datetime(at)
+            session.add(tables.Workload(
+                id=workload, scheduler="", job_id="", policy="", comment="", opt_in_errors=[], state="",
+                first_seen=when, last_seen=when,
+            ))
+            await session.flush()
+
+    # -- workloads and attempts -------------------------------------------------------------
+
+    async def upsert_workload(
+        self, *, workload: str, scheduler: str, job_id: str, at: float, policy: str = "", comment: str = "",
+        opt_in_errors: Iterable[str] = (), state: str = "",
+    ) -> None:
+        """Create or refresh a tracked workload (first_seen is kept, last_seen moves)."""
+
+        async def work(session: AsyncSession) -> None:
+            row = await session.get(tables.Workload, workload)
+            when = to_datetime(at)
+            if row is None:
+                row = tables.Workload(id=workload, first_seen=when)
+                session.add(row)
+            row.scheduler, row.job_id, row.policy, row.comment = scheduler, job_id, policy, comment
+            row.opt_in_errors, row.state, row.last_seen = list(opt_in_errors), state, when
+
+        await self._transaction(work)
+
+    async def get_workload(self, workload: str) -> WorkloadRecord | None:
+        async with self._sessions() as session:
+            row = await session.get(tables.Workload, workload)
+            if row is None:
+                return None
+            return WorkloadRecord(
+                id=row.id, scheduler=row.scheduler, job_id=row.job_id, policy=row.policy, comment=row.comment,
+                opt_in_errors=list(row.opt_in_errors), state=row.state,
+                first_seen=to_epoch(row.first_seen), last_seen=to_epoch(row.last_seen),
+            )
+
+    async def job_id_of(self, workload: str) -> str | None:
+        """The scheduler's job id for a tracked workload (None if unknown or not recorded)."""
+        record = await self.get_workload(workload)
+        return record.job_id if record is not None and record.job_id else None
+
+    async def record_attempt(
+        self, *, workload: str, attempt: int, at: float, started_at: float | None = None,
+        ended_at: float | None = None, checkpoint_saved: bool | None = None, state: str | None = None,
+    ) -> None:
+        """Create or update one attempt; fields left None keep their stored value."""
+
+        async def work(session: AsyncSession) -> None:
+            await self._ensure_workload(session, workload, at)
+            query = sa.select(tables.Attempt).where(tables.Attempt.workload == workload,
+                                                    tables.Attempt.attempt == attempt)
+            row = (await session.execute(query)).scalar_one_or_none()
+            if row is None:
+                row = tables.Attempt(workload=workload, attempt=attempt, checkpoint_saved=False, state="")
+                session.add(row)
+            if started_at is not None:
+                row.started_at = to_datetime(started_at)
+            if ended_at is not None:
+                row.ended_at = to_datetime(ended_at)
+            if checkpoint_saved is not None:
+                row.checkpoint_saved = checkpoint_saved
+            if state is not None:
+                row.state = state
+
+        await self._transaction(work)
+
+    # -- detection and attribution ------------------------------------------------------------
+
+    async def record_anomaly(self, *, workload: str, attempt: int, anomaly: anomalies.Anomaly, at: float) -> None:
+        payload = anomaly.model_dump(mode="json")
+
+        async def work(session: AsyncSession) -> None:
+            await self._ensure_workload(session, workload, at)
+            session.add(tables.AnomalyRow(workload=workload, attempt=attempt, symptom=anomaly.symptom.value,
+                                          category=anomaly.category.value, payload=payload, at=to_datetime(at)))
+            self._log(session, at=at, workload=workload, attempt=attempt, kind=vocab.AuditKind.ANOMALY,
+                      payload=payload, decided_by="detector")
+
+        await self._transaction(work)
+
+    async def record_verdict(
+        self, *, workload: str, attempt: int, verdict: verdicts.Verdict, at: float,
+    ) -> None:
+        payload = verdict.model_dump(mode="json")
+        payload["nodes"] = list(verdict.suspect_nodes)
+
+        async def work(session: AsyncSession) -> None:
+            await self._ensure_workload(session, workload, at)
+            session.add(tables.VerdictRow(workload=workload, attempt=attempt, attribution=verdict.attribution.value,
+                                          category=verdict.category.value, payload=payload, at=to_datetime(at)))
+            for node in verdict.suspect_nodes:
+                session.add(tables.NodeHistoryRow(node=node, workload=workload, category=verdict.category.value,
+                                                  at=to_datetime(at)))
+            self._log(session, at=at, workload=workload, attempt=attempt, kind=vocab.AuditKind.VERDICT,
+                      payload=payload, decided_by=verdict.source)
+
+        await self._transaction(work)
+
+    async def node_history(self, *, since: float) -> list[NodeImplication]:
+        """Suspect-node implications recorded with verdicts since ``since`` (oldest first)."""
+        query = (sa.select(tables.NodeHistoryRow).where(tables.NodeHistoryRow.at >= to_datetime(since))
+                 .order_by(tables.NodeHistoryRow.id))
+        async with self._sessions() as session:
+            rows = (await session.execute(query)).scalars().all()
+            return [NodeImplication(node=r.node, workload=r.workload, category=r.category, at=to_epoch(r.at))
+                    for r in rows]
+
+    # -- advice -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _advice_query(workload: str, attempt: int, generation: int) -> sa.Select[Any]:
+        return sa.select(tables.AdviceRow).where(
+            tables.AdviceRow.workload == workload, tables.AdviceRow.attempt == attempt,
+            tables.AdviceRow.generation == generation,
+        )
+
+    async def record_advice(self, item: advice.Advice, *, at: float) -> bool:
+        """Write the advice and its audit record; False (and nothing written) if the key exists."""
+        payload = advice_payload(item)
+
+        async def work(session: AsyncSession) -> bool:
+            query = self._advice_query(item.workload, item.attempt, item.generation)
+            if (await session.execute(query)).scalar_one_or_none() is not None:
+                return False
+            await self._ensure_workload(session, item.workload, at)
+            when = to_datetime(at)
+            session.add(tables.AdviceRow(
+                workload=item.workload, attempt=item.attempt, generation=item.generation, action=item.action.value,
+                mode=item.mode.value, payload=payload,
+                deadline=None if item.deadline is None else to_datetime(item.deadline),
+                disposition=vocab.Disposition.PENDING.value, decided_by=item.decided_by.value,
+                created_at=when, updated_at=when,
+            ))
+            self._log(session, at=at, workload=item.workload, attempt=item.attempt, kind=vocab.AuditKind.ADVICE,
+                      payload=payload, decided_by=item.decided_by.value)
+            await session.flush()
+            return True
+
+        try:
+            return await self._transaction(work)
+        except sa_exc.IntegrityError:
+            if await self.get_advice(item.workload, item.attempt, item.generation) is not None:
+                return False  # another writer won the race for the same key
+            raise
+
+    async def get_advice(self, workload: str, attempt: int, generation: int) -> advice.Advice | None:
+        async with self._sessions() as session:
+            row = (await session.execute(self._advice_query(workload, attempt, generation))).scalar_one_or_none()
+            return None if row is None else advice.Advice.model_validate(row.payload)
+
+    async def pending_advice(self) -> list[advice.Advice]:
+        """Advice generations without an outcome yet (to resume or to time out), oldest first."""
+        query = (sa.select(tables.AdviceRow).where(tables.AdviceRow.disposition == vocab.Disposition.PENDING.value)
+                 .order_by(tables.AdviceRow.id))
+        async with self._sessions() as session:
+            rows = (await session.execute(query)).scalars().all()
+            return [advice.Advice.model_validate(row.payload) for row in rows]
+
+    # -- actions ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _action_query(workload: str, attempt: int, generation: int) -> sa.Select[Any]:
+        return sa.select(tables.ActionRow).where(
+            tables.ActionRow.workload == workload, tables.ActionRow.attempt == attempt,
+            tables.ActionRow.generation == generation,
+        )
+
+    def _log_action(self, session: AsyncSession, row: tables.ActionRow, at: float, action: str) -> None:
+        payload: dict[str, Any] = {
+            "operation": row.operation, "step": row.step, "status": row.status, "arguments": dict(row.args),
+            "generation": row.generation, "action": action, "error": row.error,
+        }
+        self._log(session, at=at, workload=row.workload, attempt=row.attempt, kind=vocab.AuditKind.ACTION,
+                  payload=payload, decided_by=row.decided_by)
+
+    async def begin_action(self, record: actions.ActionRecord, *, at: float) -> actions.ActionRecord:
+        """Commit a step's row (normally status ``intent``) before the scheduler is touched.
+
+        If the (workload, attempt, generation, step) row already exists, it is returned
+        unchanged: the caller resumes from it instead of repeating the step.
+        """
+
+        async def work(session: AsyncSession) -> actions.ActionRecord:
+            query = self._action_query(record.workload, record.attempt, record.generation)
+            existing = (await session.execute(query.where(tables.ActionRow.step == record.step))).scalar_one_or_none()
+            if existing is not None:
+                return _action_record(existing)
+            advice_row = (await session.execute(
+                self._advice_query(record.workload, record.attempt, record.generation))).scalar_one_or_none()
+            if advice_row is None:
+                raise LookupError(f"no advice {record.workload} attempt {record.attempt} "
+                                  f"generation {record.generation}: the advice is written before any action")
+            when = to_datetime(at)
+            row = tables.ActionRow(
+                advice_id=advice_row.id, workload=record.workload, attempt=record.attempt,
+                generation=record.generation, step=record.step, operation=record.operation.value,
+                args=dict(record.args), status=record.status.value, error=record.error,
+                decided_by=record.decided_by.value, created_at=when, updated_at=when,
+            )
+            session.add(row)
+            self._log_action(session, row, at, advice_row.action)
+            await session.flush()
+            return _action_record(row)
+
+        return await self._transaction(work)
+
+    async def finish_action(
+        self, *, workload: str, attempt: int, generation: int, step: str, status: actions.ActionStatus,
+        at: float, error: str = "",
+    ) -> actions.ActionRecord:
+        """Record a step's result. A row that already has a result keeps it (first result wins)."""
+
+        async def work(session: AsyncSession) -> actions.ActionRecord:
+            query = self._action_query(workload, attempt, generation).where(tables.ActionRow.step == step)
+            row = (await session.execute(query)).scalar_one_or_none()
+            if row is None:
+                raise LookupError(f"no action intent {workload} attempt {attempt} generation {generation} {step}")
+            if row.status != actions.ActionStatus.INTENT.value:
+                return _action_record(row)
+            row.status, row.error, row.updated_at = status.value, error, to_datetime(at)
+            advice_row = await session.get(tables.AdviceRow, row.advice_id)
+            self._log_action(session, row, at, advice_row.action if advice_row is not None else "")
+            await session.flush()
+            return _action_record(row)
+
+        return await self._transaction(work)
+
+    async def actions_for(self, workload: str, attempt: int, generation: int) -> list[actions.ActionRecord]:
+        """Every step row of one advice generation, in the order they were begun."""
+        async with self._sessions() as session:
+            query = self._action_query(workload, attempt, generation).order_by(tables.ActionRow.id)
+            return [_action_record(row) for row in (await session.execute(query)).scalars().all()]
+
+    async def actions_by_operation(
+        self, operations: list[actions.Operation], *, since: float | None = None,
+    ) -> list[actions.ActionRecord]:
+        """Action rows of the given operations across all workloads (hold scans, blast radius)."""
+        query = sa.select(tables.ActionRow).where(tables.ActionRow.operation.in_([op.value for op in operations]))
+        if since is not None:
+            query = query.where(tables.ActionRow.created_at >= to_datetime(since))
+        async with self._sessions() as session:
+            return [_action_record(row) for row in (await session.execute(query.order_by(tables.ActionRow.id)))
+                    .scalars().all()]
+
+    # -- outcomes and the watchdog ----------------------------------------------------------------
+
+    async def record_outcome(self, outcome: actions.OutcomeRecord) -> actions.OutcomeRecord:
+        """Close an advice generation; returns the stored outcome (the first one wins)."""
+
+        async def work(session: AsyncSession) -> actions.OutcomeRecord:
+            advice_row = (await session.execute(
+                self._advice_query(outcome.workload, outcome.attempt, outcome.generation))).scalar_one_or_none()
+            if advice_row is None:
+                raise LookupError(f"no advice {outcome.workload} attempt {outcome.attempt} "
+                                  f"generation {outcome.generation}")
+            existing = (await session.execute(
+                sa.select(tables.OutcomeRow).where(tables.OutcomeRow.advice_id == advice_row.id))).scalar_one_or_none()
+            if existing is not None:
+                return _outcome_record(existing)
+            row = tables.OutcomeRow(
+                advice_id=advice_row.id, workload=outcome.workload, attempt=outcome.attempt,
+                generation=outcome.generation, disposition=outcome.disposition.value, detail=outcome.detail,
+                decided_by=outcome.decided_by.value, at=to_datetime(outcome.at),
+            )
+            session.add(row)
+            advice_row.disposition, advice_row.updated_at = outcome.disposition.value, to_datetime(outcome.at)
+            payload = {"disposition": outcome.disposition.value, "detail": outcome.detail,
+                       "generation": outcome.generation, "action": advice_row.action}
+            self._log(session, at=outcome.at, workload=outcome.workload, attempt=outcome.attempt,
+                      kind=vocab.AuditKind.OUTCOME, payload=payload, decided_by=outcome.decided_by.value)
+            await session.flush()
+            return _outcome_record(row)
+
+        return await self._transaction(work)
+
+    async def get_outcome(self, workload: str, attempt: int, generation: int) -> actions.OutcomeRecord | None:
+        query = sa.select(tables.OutcomeRow).where(
+            tables.OutcomeRow.workload == workload, tables.OutcomeRow.attempt == attempt,
+            tables.OutcomeRow.generation == generation,
+        )
+        async with self._sessions() as session:
+            row = (await session.execute(query)).scalar_one_or_none()
+            return None if row is None else _outcome_record(row)
+
+    async def record_watchdog(
+        self, *, workload: str, attempt: int, generation: int, payload: dict[str, object], at: float,
+    ) -> None:
+        """A watchdog intervention (deadline passed, step failed, hold released on start)."""
+
+        async def work(session: AsyncSession) -> None:
+            self._log(session, at=at, workload=workload, attempt=attempt, kind=vocab.AuditKind.WATCHDOG,
+                      payload={"generation": generation, **payload}, decided_by=vocab.Decider.WATCHDOG.value)
+
+        await self._transaction(work)
+
+    # -- the unified stream ---------------------------------------------------------------------
+
+    async def audit_records(
+        self, *, workload: str | None = None, kind: vocab.AuditKind | None = None,
+        since: datetime.datetime | None = None, limit: int | None = None,
+    ) -> list[AuditRecord]:
+        """Audit records oldest first; with ``limit``, the most recent ``limit`` of them."""
+        query = sa.select(tables.AuditLogRow)
+        if workload is not None:
+            query = query.where(tables.AuditLogRow.workload == workload)
+        if kind is not None:
+            query = query.where(tables.AuditLogRow.kind == kind.value)
+        if since is not None:
+            query = query.where(tables.AuditLogRow.time >= since)
+        if limit is not None:
+            query = query.order_by(tables.AuditLogRow.id.desc()).limit(limit)
+        else:
+            query = query.order_by(tables.AuditLogRow.id)
+        async with self._sessions() as session:
+            rows = list((await session.execute(query)).scalars().all())
+        if limit is not None:
+            rows.reverse()
+        return [
+            AuditRecord(
+                id=r.id, time=r.time, workload=r.workload, attempt=r.attempt, kind=vocab.AuditKind(r.kind),
+                payload=dict(r.payload), decided_by=r.decided_by, policy_version=r.policy_version,
+                catalog_version=r.catalog_version, settings_fingerprint=r.settings_fingerprint,
+            )
+            for r in rows
+        ]

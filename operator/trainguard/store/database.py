@@ -1,0 +1,190 @@
+"""Opening the audit database: URL -> async engine -> migrated schema -> ``AuditStore``.
+
+Place in the loop: the entry point of ``store/``. The engine (or ``trainguard run``) opens
+the store once at start, which runs ``alembic upgrade head`` on the live async engine so a
+new release migrates its own database; ``trainguard audit`` opens it read-only (no
+migration, no file creation). Supported URLs: ``sqlite+aiosqlite:///PATH`` (embedded
+default; WAL, foreign keys on, full fsync so an acknowledged record survives a crash),
+``postgresql+asyncpg://...`` (production) and ``mysql+aiomysql://...``. Plain
+``sqlite:///``, ``postgresql://`` and ``mysql://`` are accepted and mapped to those drivers.
+Every failure to open is a ``StoreError`` whose message carries the URL without its password.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic import config as alembic_config
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import pool
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from trainguard.store import audit
+
+CONNECT_TIMEOUT_S = 10.0
+"""How long to wait for a database server before failing with a clear error (seconds).
+Long enough for a busy server, short enough that a wrong host fails the start visibly."""
+
+SQLITE_BUSY_TIMEOUT_S = 30.0
+"""How long an SQLite writer waits for another process's lock (seconds): the CLI may read
+while the operator writes."""
+
+_ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg",
+                  "mysql": "mysql+aiomysql", "mariadb": "mariadb+aiomysql"}
+_MIGRATIONS = pathlib.Path(__file__).parent / "alembic"
+
+
+def default_db_path() -> pathlib.Path:
+    """``$TRAINGUARD_HOME/trainguard.db``, else ``$XDG_STATE_HOME`` or ``~/.local/state``/trainguard/trainguard.db."""
+    home = os.environ.get("TRAINGUARD_HOME")
+    if home:
+        return pathlib.Path(home).expanduser() / "trainguard.db"
+    state = os.environ.get("XDG_STATE_HOME") or str(pathlib.Path.home() / ".local" / "state")
+    return pathlib.Path(state).expanduser() / "trainguard" / "trainguard.db"
+
+
+DEFAULT_DB_URL = f"sqlite+aiosqlite:///{default_db_path()}"
+"""The database ``trainguard run`` and ``trainguard audit`` use when ``--db`` is not given."""
+
+
+class StoreError(RuntimeError):
+    """The audit database cannot be used; the message says which one (password hidden) and why."""
+
+
+class StoreNotFound(StoreError):
+    """A read-only open found no database (e.g. the SQLite file does not exist)."""
+
+
+def normalise_url(url: str) -> sa.URL:
+    """Parse ``url`` and pick the async driver; raise StoreError on a malformed URL."""
+    try:
+        parsed = sa.make_url(url)
+    except sa_exc.ArgumentError as exc:
+        raise StoreError(f"invalid database URL {url!r}: expected e.g. sqlite+aiosqlite:///PATH") from exc
+    backend, _, driver = parsed.drivername.partition("+")
+    if not driver:
+        if backend not in _ASYNC_DRIVERS:
+            raise StoreError(f"unsupported database {safe_url(parsed)}: use sqlite, postgresql or mysql")
+        parsed = parsed.set(drivername=_ASYNC_DRIVERS[backend])
+    return parsed
+
+
+def safe_url(url: sa.URL | str) -> str:
+    """The URL as text with any password masked, for messages and logs."""
+    if isinstance(url, str):
+        try:
+            url = sa.make_url(url)
+        except sa_exc.ArgumentError:
+            return "<unparseable URL>"
+    return url.render_as_string(hide_password=True)
+
+
+def sqlite_path(url: sa.URL) -> pathlib.Path | None:
+    """The file behind an SQLite URL; None for other backends or an in-memory database."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return pathlib.Path(url.database).expanduser()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+    finally:
+        cursor.close()
+
+
+def _sqlite_pragmas_readonly(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA query_only=ON")
+    finally:
+        cursor.close()
+
+
+def make_engine(url: sa.URL, *, readonly: bool = False) -> AsyncEngine:
+    """An async engine for ``url`` with per-backend connect timeouts and SQLite pragmas.
+
+    ``readonly`` SQLite connections refuse writes (``query_only``) and leave the journal
+    mode alone, so a viewer never changes the file.
+    """
+    backend = url.get_backend_name()
+    kwargs: dict[str, Any] = {"pool_pre_ping": backend != "sqlite"}
+    if backend == "sqlite":
+        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+        if sqlite_path(url) is None:
+            kwargs["poolclass"] = pool.StaticPool
+    elif backend == "postgresql":
+        kwargs["connect_args"] = {"timeout": CONNECT_TIMEOUT_S}
+    elif backend in ("mysql", "mariadb"):
+        kwargs["connect_args"] = {"connect_timeout": int(CONNECT_TIMEOUT_S)}
+    try:
+        engine = create_async_engine(url, **kwargs)
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, sa_exc.InvalidRequestError, ImportError) as exc:
+        raise StoreError(f"cannot use database {safe_url(url)}: {exc}") from exc
+    if backend == "sqlite":
+        sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas_readonly if readonly else _sqlite_pragmas)
+    return engine
+
+
+def _upgrade_head(connection: Connection) -> None:
+    cfg = alembic_config.Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    command.upgrade(cfg, "head")
+
+
+def _has_audit_log(connection: Connection) -> bool:
+    return sa.inspect(connection).has_table("audit_log")
+
+
+async def open_store(
+    url: str, *, readonly: bool = False, context: audit.AuditContext | None = None,
+) -> audit.AuditStore:
+    """Open (and, unless ``readonly``, create and migrate) the audit database at ``url``.
+
+    ``readonly`` is for viewers such as ``trainguard audit``: a missing SQLite file or an
+    empty database is an error (StoreNotFound) instead of being created.
+    """
+    parsed = normalise_url(url)
+    path = sqlite_path(parsed)
+    if path is not None:
+        if readonly and not path.is_file():
+            raise StoreNotFound(f"no audit database at {path} ({safe_url(parsed)})")
+        if not readonly:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the folder for {safe_url(parsed)}: {exc}") from exc
+    engine = make_engine(parsed, readonly=readonly)
+    try:
+        async with engine.begin() as connection:
+            if readonly:
+                if not await connection.run_sync(_has_audit_log):
+                    raise StoreNotFound(f"{safe_url(parsed)} holds no Trainguard audit log (never written?)")
+            else:
+                await connection.run_sync(_upgrade_head)
+    except StoreError:
+        await engine.dispose()
+        raise
+    except (sa_exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+        await engine.dispose()
+        raise StoreError(f"cannot open audit database {safe_url(parsed)}: {_first_line(exc)}") from exc
+    except Exception as exc:
+        # Driver-specific errors that SQLAlchemy does not wrap (e.g. asyncpg's auth
+        # failures raised during connect); never let them surface as a traceback.
+        await engine.dispose()
+        raise StoreError(f"cannot open audit database {safe_url(parsed)}: {type(exc).__name__}: {exc}") from exc
+    return audit.AuditStore(engine, context=context or audit.AuditContext())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc) or type(exc).__name__
+    return text.strip().splitlines()[0]

@@ -1,0 +1,227 @@
+"""The audit database schema as SQLAlchemy 2 declarative models.
+
+Place in the loop: the bottom of ``store/``. ``audit.py`` (the repository) is the only
+module that queries these tables; nothing outside ``store/`` sees an ORM object. The
+Alembic migration ``alembic/versions/0001_initial.py`` creates the same schema; a test
+compares the two.
+
+Portability (SQLite, PostgreSQL, MySQL/MariaDB): only generic types; JSON is SQLAlchemy
+``JSON``; timestamps are ``UtcDateTime`` (timezone-aware on PostgreSQL, microsecond
+``DATETIME(6)`` on MySQL, text on SQLite) and always come back as aware UTC datetimes.
+Unique constraints make idempotence enforceable by the database itself: one advice per
+(workload, attempt, generation), one action row per (workload, attempt, generation, step),
+one outcome per advice.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+from sqlalchemy.dialects import mysql
+
+ID_LEN = 255
+"""Workload ids, job ids and node names: bounded so MySQL can index them."""
+
+
+def timestamp_type() -> sa.types.TypeEngine[datetime.datetime]:
+    """The column type behind ``UtcDateTime``; the migration uses it too."""
+    return sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+
+
+class UtcDateTime(sa.types.TypeDecorator[datetime.datetime]):
+    """A timestamp stored with microseconds and read back as an aware UTC datetime.
+
+    SQLite and MySQL drop the offset, so values are normalised to UTC on the way in and
+    tagged UTC on the way out.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(sa.DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime.datetime | None, dialect: sa.Dialect) -> datetime.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: audit timestamps must be timezone-aware")
+        utc = value.astimezone(datetime.UTC)
+        return utc if dialect.name == "postgresql" else utc.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime.datetime | None, dialect: sa.Dialect) -> datetime.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=datetime.UTC)
+        return value.astimezone(datetime.UTC)
+
+
+class Base(orm.DeclarativeBase):
+    """Declarative base of every audit table."""
+
+    type_annotation_map = {  # noqa: RUF012 - SQLAlchemy's documented class-level mapping
+        datetime.datetime: UtcDateTime(),
+        dict[str, Any]: sa.JSON(),
+        list[Any]: sa.JSON(),
+    }
+
+
+def _workload_fk() -> orm.Mapped[str]:
+    return orm.mapped_column(sa.String(ID_LEN), sa.ForeignKey("workloads.id"), index=True)
+
+
+class Workload(Base):
+    """A tracked (opted-in) workload."""
+
+    __tablename__ = "workloads"
+
+    id: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN), primary_key=True)
+    scheduler: orm.Mapped[str] = orm.mapped_column(sa.String(64), default="")
+    job_id: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN), default="")
+    policy: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN), default="")
+    comment: orm.Mapped[str] = orm.mapped_column(sa.Text, default="")
+    opt_in_errors: orm.Mapped[list[Any]] = orm.mapped_column(default=list)
+    state: orm.Mapped[str] = orm.mapped_column(sa.String(32), default="")
+    first_seen: orm.Mapped[datetime.datetime]
+    last_seen: orm.Mapped[datetime.datetime]
+
+
+class Attempt(Base):
+    """One run (restart) of a workload."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (sa.UniqueConstraint("workload", "attempt", name="uq_attempts_key"),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    workload: orm.Mapped[str] = _workload_fk()
+    attempt: orm.Mapped[int]
+    started_at: orm.Mapped[datetime.datetime | None]
+    ended_at: orm.Mapped[datetime.datetime | None]
+    checkpoint_saved: orm.Mapped[bool] = orm.mapped_column(default=False)
+    state: orm.Mapped[str] = orm.mapped_column(sa.String(32), default="")
+
+
+class AnomalyRow(Base):
+    """A detection (model.anomalies.Anomaly) for one attempt."""
+
+    __tablename__ = "anomalies"
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    workload: orm.Mapped[str] = _workload_fk()
+    attempt: orm.Mapped[int]
+    symptom: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    category: orm.Mapped[str] = orm.mapped_column(sa.String(64))
+    payload: orm.Mapped[dict[str, Any]]
+    at: orm.Mapped[datetime.datetime]
+
+
+class VerdictRow(Base):
+    """An attribution (model.verdicts.Verdict) for one attempt."""
+
+    __tablename__ = "verdicts"
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    workload: orm.Mapped[str] = _workload_fk()
+    attempt: orm.Mapped[int]
+    attribution: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    category: orm.Mapped[str] = orm.mapped_column(sa.String(64))
+    payload: orm.Mapped[dict[str, Any]]
+    at: orm.Mapped[datetime.datetime]
+
+
+class AdviceRow(Base):
+    """One advice generation: the desired state, written before anything is done."""
+
+    __tablename__ = "advice"
+    __table_args__ = (sa.UniqueConstraint("workload", "attempt", "generation", name="uq_advice_key"),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    workload: orm.Mapped[str] = _workload_fk()
+    attempt: orm.Mapped[int]
+    generation: orm.Mapped[int]
+    action: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    mode: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    payload: orm.Mapped[dict[str, Any]]
+    deadline: orm.Mapped[datetime.datetime | None]
+    disposition: orm.Mapped[str] = orm.mapped_column(sa.String(16), index=True)
+    decided_by: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    created_at: orm.Mapped[datetime.datetime]
+    updated_at: orm.Mapped[datetime.datetime]
+
+
+class ActionRow(Base):
+    """One named step of one advice generation: intent first, then its result."""
+
+    __tablename__ = "actions"
+    __table_args__ = (sa.UniqueConstraint("workload", "attempt", "generation", "step", name="uq_actions_key"),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    advice_id: orm.Mapped[int] = orm.mapped_column(sa.ForeignKey("advice.id"), index=True)
+    workload: orm.Mapped[str] = _workload_fk()
+    attempt: orm.Mapped[int]
+    generation: orm.Mapped[int]
+    step: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
+    operation: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    args: orm.Mapped[dict[str, Any]]
+    status: orm.Mapped[str] = orm.mapped_column(sa.String(16), index=True)
+    error: orm.Mapped[str] = orm.mapped_column(sa.Text, default="")
+    decided_by: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    created_at: orm.Mapped[datetime.datetime]
+    updated_at: orm.Mapped[datetime.datetime]
+
+
+class OutcomeRow(Base):
+    """How one advice generation ended; at most one per advice."""
+
+    __tablename__ = "outcomes"
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    advice_id: orm.Mapped[int] = orm.mapped_column(sa.ForeignKey("advice.id"), unique=True)
+    workload: orm.Mapped[str] = _workload_fk()
+    attempt: orm.Mapped[int]
+    generation: orm.Mapped[int]
+    disposition: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    detail: orm.Mapped[str] = orm.mapped_column(sa.Text, default="")
+    decided_by: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    at: orm.Mapped[datetime.datetime]
+
+
+class NodeHistoryRow(Base):
+    """A node implicated in a failure (lemon-node memory across jobs)."""
+
+    __tablename__ = "node_history"
+    __table_args__ = (sa.Index("ix_node_history_node_at", "node", "at"),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    node: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
+    workload: orm.Mapped[str] = _workload_fk()
+    category: orm.Mapped[str] = orm.mapped_column(sa.String(64))
+    at: orm.Mapped[datetime.datetime]
+
+
+class AuditLogRow(Base):
+    """The unified, append-only record stream behind ``trainguard audit``.
+
+    Written in the same transaction as the row it describes, so the two never disagree.
+    ``id`` orders records that share a timestamp.
+    """
+
+    __tablename__ = "audit_log"
+    __table_args__ = (sa.Index("ix_audit_log_workload_id", "workload", "id"),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    time: orm.Mapped[datetime.datetime] = orm.mapped_column(index=True)
+    workload: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
+    attempt: orm.Mapped[int | None]
+    kind: orm.Mapped[str] = orm.mapped_column(sa.String(16), index=True)
+    payload: orm.Mapped[dict[str, Any]]
+    decided_by: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    policy_version: orm.Mapped[str] = orm.mapped_column(sa.String(128), default="")
+    catalog_version: orm.Mapped[str] = orm.mapped_column(sa.String(128), default="")
+    settings_fingerprint: orm.Mapped[str] = orm.mapped_column(sa.String(128), default="")

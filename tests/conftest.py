@@ -1,0 +1,27 @@
+"""Root conftest: registers the service fixtures and the skip switches for service tiers.
+
+Tests that need the real local Slurm cluster are marked ``slurm``, those that need the local
+PostgreSQL ``postgres``. They run by default (the fixtures start the services); set
+``TG_SKIP_SLURM=1`` or ``TG_SKIP_POSTGRES=1`` to skip them on a machine that cannot run them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest_plugins = ["tests.support.slurm", "tests.support.postgres"]
+
+SKIP_SWITCHES = {"slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES"}
+"""Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for marker, variable in SKIP_SWITCHES.items():
+        if os.environ.get(variable) != "1":
+            continue
+        skip = pytest.mark.skip(reason=f"{variable}=1")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)

@@ -1,0 +1,62 @@
+"""slurmrestd specifics: version detection, Unsupported without a fallback, the fallback logged."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.support import slurm
+from trainguard.schedulers import base, factory, slurm_rest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.timeout(120)]
+
+
+def rest(cluster: slurm.SlurmCluster, **kw: object) -> slurm_rest.SlurmRest:
+    url = urlsplit(cluster.rest_url)
+    s = factory.open_scheduler(f"slurm-rest://{url.hostname}:{url.port}", jwt=cluster.jwt, **kw)  # type: ignore[arg-type]
+    assert isinstance(s, slurm_rest.SlurmRest)
+    return s
+
+
+async def test_detects_the_servers_api_version(slurm_cluster: slurm.SlurmCluster) -> None:
+    s = rest(slurm_cluster)
+    try:
+        assert await s.api_version() == slurm_cluster.api_version
+    finally:
+        await s.close()
+
+
+async def test_requeue_without_fallback_is_unsupported(slurm_cluster: slurm.SlurmCluster) -> None:
+    s = rest(slurm_cluster)
+    try:
+        with pytest.raises(base.Unsupported, match=slurm_cluster.api_version):
+            await s.requeue("1")
+    finally:
+        await s.close()
+
+
+async def test_fallback_is_logged_with_its_transport(slurm_cluster: slurm.SlurmCluster,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    local = factory.open_scheduler("slurm-local", env={"SLURM_CONF": slurm_cluster.env["SLURM_CONF"]})
+    s = rest(slurm_cluster, fallback=local)
+    job_id = slurm_cluster.submit("#!/bin/bash\nsleep 600\n", "--comment=trainguard", "--begin=now+3600")
+    try:
+        with caplog.at_level(logging.INFO, logger="trainguard.schedulers.slurm_rest"):
+            await s.requeue(job_id)  # pending: "already done" through the CLI
+        assert any("performed by slurm-local" in r.getMessage() for r in caplog.records)
+    finally:
+        slurm_cluster.cancel(job_id)
+        await s.close()
+
+
+async def test_bad_token_is_a_clear_error(slurm_cluster: slurm.SlurmCluster) -> None:
+    url = urlsplit(slurm_cluster.rest_url)
+    s = factory.open_scheduler(f"slurm-rest://{url.hostname}:{url.port}", jwt="not-a-token",
+                               )
+    try:
+        with pytest.raises(base.SchedulerError, match=r"token rejected|Unsupported|version|HTTP"):
+            await s.list_jobs()
+    finally:
+        await s.close()

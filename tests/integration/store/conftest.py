@@ -1,0 +1,48 @@
+"""The store suite runs every test against SQLite (a file in tmp_path) and PostgreSQL.
+
+The PostgreSQL half uses the session fixture ``postgres_url`` (tests/support/postgres.py)
+and gives each test a database of its own, created from that server and dropped after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+import sqlalchemy as sa
+
+BACKENDS = [
+    pytest.param("sqlite", marks=[pytest.mark.integration], id="sqlite"),
+    pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres], id="postgres"),
+]
+
+
+def _asyncpg_dsn(url: sa.URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def _admin(session_url: sa.URL, statement: str) -> None:
+    conn = await asyncpg.connect(_asyncpg_dsn(session_url), timeout=30)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database URL for one test (sync: ``postgres_url`` runs its own loop)."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'state' / 'audit.db'}"
+        return
+    session_url = sa.make_url(request.getfixturevalue("postgres_url"))
+    name = f"tg_store_{secrets.token_hex(6)}"
+    asyncio.run(_admin(session_url, f'CREATE DATABASE "{name}"'))
+    try:
+        yield session_url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(_admin(session_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

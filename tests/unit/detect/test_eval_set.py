@@ -1,0 +1,82 @@
+"""Runs `trainguard detect --format json` over the labelled evaluation logs and reports accuracy.
+
+The logs (tests/data/eval/) are composed from documented error texts and public reports; the
+labels are the verdict a careful engineer reads from each log. Files marked ``ambiguous`` are
+only required not to be called healthy. Asserted: no healthy log is called a crash; symptom,
+category and suspect nodes are right on every unambiguous file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trainguard.cli import main
+
+EVAL = Path(__file__).resolve().parents[2] / "data" / "eval"
+
+
+def _labels() -> dict[str, dict[str, Any]]:
+    loaded: dict[str, dict[str, Any]] = yaml.safe_load((EVAL / "labels.yaml").read_text(encoding="utf-8"))
+    return loaded
+
+
+def _detect_all(capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, Any]]:
+    paths = sorted(str(EVAL / name) for name in _labels())
+    assert main.main(["detect", "--format", "json", *paths]) == 0
+    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(results) == len(paths)
+    return {Path(r["path"]).name: r for r in results}
+
+
+def test_eval_set(capsys: pytest.CaptureFixture[str]) -> None:
+    labels = _labels()
+    assert len(labels) >= 40
+    got = _detect_all(capsys)
+    counts: Counter[str] = Counter()
+    confusion: Counter[tuple[str, str]] = Counter()
+    misses: list[str] = []
+    for name, want in sorted(labels.items()):
+        have = got[name]
+        confusion[(want["symptom"], have["symptom"])] += 1
+        counts["files"] += 1
+        counts["symptom"] += have["symptom"] == want["symptom"]
+        counts["category"] += have["category"] == want["category"]
+        counts["attribution"] += have["attribution"] == want["attribution"]
+        counts["nodes"] += have["suspect_nodes"] == want["suspect_nodes"]
+        counts["ranks"] += have["suspect_ranks"] == want["suspect_ranks"]
+        key = (have["symptom"], have["category"], have["suspect_nodes"])
+        if key != (want["symptom"], want["category"], want["suspect_nodes"]):
+            tag = "ambiguous" if want.get("ambiguous") else "MISS"
+            misses.append(f"  {tag} {name}: got {key}, want {(want['symptom'], want['category'], want['suspect_nodes'])}")
+    n = counts["files"]
+    report = [f"eval set: {n} files"]
+    report += [f"  {k} accuracy: {counts[k]}/{n} = {counts[k] / n:.0%}"
+               for k in ("symptom", "category", "attribution", "nodes", "ranks")]
+    report.append("  confusion (labelled -> detected): " + ", ".join(
+        f"{w}->{h}: {c}" for (w, h), c in sorted(confusion.items())))
+    report += misses
+    with capsys.disabled():
+        print("\n" + "\n".join(report))
+
+    healthy_called_crash = [name for name, want in labels.items()
+                            if want["symptom"] == "healthy" and got[name]["symptom"] == "crash"]
+    assert healthy_called_crash == []
+    failing_files = [name for name, want in labels.items() if want["symptom"] != "healthy"]
+    assert all(got[name]["symptom"] != "healthy" for name in failing_files)
+    wrong = [m for m in misses if m.startswith("  MISS")]
+    assert wrong == []
+
+
+def test_evidence_is_capped_and_initiating_first(capsys: pytest.CaptureFixture[str]) -> None:
+    got = _detect_all(capsys)
+    for result in got.values():
+        assert len(result["evidence"]) <= 20
+        assert all(set(e) == {"line", "text", "pattern"} for e in result["evidence"])
+    buried = got["crash_cuda_illegal_buried.log"]
+    assert "illegal memory access" in buried["evidence"][0]["text"]

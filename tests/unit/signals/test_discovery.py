@@ -1,0 +1,86 @@
+"""Job discovery over a scripted listing (a fake of our own JobLister Protocol)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainguard.model import clock, workloads
+from trainguard.signals import discovery
+
+S = workloads.JobState
+
+
+def job(job_id: str, state: S = S.RUNNING, attempt: int = 0, nodes: tuple[str, ...] = ("node1",)) -> workloads.JobSnapshot:
+    return workloads.JobSnapshot(workload=f"slurm/t/{job_id}", job_id=job_id, state=state, attempt=attempt,
+                                 nodes=list(nodes), comment="trainguard")
+
+
+class Listing:
+    def __init__(self) -> None:
+        self.jobs: list[workloads.JobSnapshot] = []
+        self.fail = False
+
+    async def list_jobs(self) -> list[workloads.JobSnapshot]:
+        if self.fail:
+            raise RuntimeError("slurmctld down")
+        return list(self.jobs)
+
+
+def ids(snaps: tuple[workloads.JobSnapshot, ...]) -> list[str]:
+    return [s.job_id for s in snaps]
+
+
+async def test_lifecycle_new_changed_requeued_finished_forgotten_gone() -> None:
+    c = clock.ManualClock()
+    lst = Listing()
+    d = discovery.JobDiscovery(lst, c)
+    lst.jobs = [job("1", S.PENDING, nodes=())]
+    delta = await d.poll()
+    assert ids(delta.new) == ["1"] and delta.at == c.now()
+    assert (await d.poll()).empty
+    lst.jobs = [job("1", S.RUNNING, nodes=("node1", "node2"))]
+    delta = await d.poll()
+    assert ids(delta.changed) == ["1"] and not delta.restarted
+    lst.jobs = [job("1", S.PENDING, attempt=1, nodes=())]  # requeued
+    delta = await d.poll()
+    assert ids(delta.changed) == ids(delta.restarted) == ["1"]
+    lst.jobs = [job("1", S.FAILED, attempt=1)]
+    delta = await d.poll()
+    assert ids(delta.finished) == ["1"]
+    assert (await d.poll()).empty  # reported once per attempt
+    d.forget("1")
+    assert (await d.poll()).empty and "1" not in d.tracked  # still listed (MinJobAge), but forgotten
+    lst.jobs = [job("1", S.PENDING, attempt=2, nodes=())]  # requeued after we let go: a new run
+    delta = await d.poll()
+    assert ids(delta.new) == ["1"]
+    lst.jobs = []
+    delta = await d.poll()
+    assert ids(delta.gone) == ["1"] and not d.tracked
+
+
+async def test_first_seen_finished_is_new_and_finished() -> None:
+    lst = Listing()
+    lst.jobs = [job("7", S.COMPLETED), job("8_2", S.RUNNING)]
+    d = discovery.JobDiscovery(lst, clock.ManualClock())
+    delta = await d.poll()
+    assert ids(delta.new) == ["7", "8_2"] and ids(delta.finished) == ["7"]
+
+
+async def test_scheduler_failure_leaves_state_alone() -> None:
+    lst = Listing()
+    lst.jobs = [job("1")]
+    d = discovery.JobDiscovery(lst, clock.ManualClock())
+    await d.poll()
+    lst.fail = True
+    with pytest.raises(RuntimeError):
+        await d.poll()
+    lst.fail = False
+    assert (await d.poll()).empty and list(d.tracked) == ["1"]
+
+
+def test_compare_is_pure_over_state() -> None:
+    state = discovery.DiscoveryState()
+    first = discovery.compare(state, [job("1")], 10.0)
+    assert ids(first.new) == ["1"] and state.jobs["1"].first_seen == 10.0
+    again = discovery.compare(state, [job("1", nodes=("node3",))], 11.0)
+    assert ids(again.changed) == ["1"] and state.jobs["1"].first_seen == 10.0

@@ -1,0 +1,142 @@
+"""LogTailer over real temp files: append, truncate, rotate, partial lines, junk, huge lines."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trainguard.model import clock
+from trainguard.signals import tailer
+
+
+def make(path: Path, c: clock.ManualClock, **kw: object) -> tailer.LogTailer:
+    return tailer.LogTailer(str(path), c, workload="slurm/t/1", source="stdout", **kw)  # type: ignore[arg-type]
+
+
+def texts(lines: list) -> list[str]:  # type: ignore[type-arg]
+    return [x.text for x in lines]
+
+
+async def test_missing_file_then_appends(tmp_path: Path) -> None:
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    t = make(p, c)
+    assert await t.read_new() == []
+    p.write_bytes(b"iteration 1\niteration 2\n")
+    c.advance(1)
+    got = await t.read_new()
+    assert texts(got) == ["iteration 1", "iteration 2"]
+    assert [x.lineno for x in got] == [1, 2] and got[0].received_at == c.now() and got[0].source == "stdout"
+    assert await t.read_new() == []
+    with p.open("ab") as f:  # a requeued job with --open-mode=append
+        f.write(b"iteration 1 (attempt 2)\r\n")
+    got = await t.read_new()
+    assert texts(got) == ["iteration 1 (attempt 2)"] and got[0].lineno == 3
+    t.close()
+
+
+async def test_partial_line_kept_then_flushed_after_timeout(tmp_path: Path) -> None:
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"a\nhalf")
+    t = make(p, c, partial_timeout=5.0)
+    assert texts(await t.read_new()) == ["a"]
+    with p.open("ab") as f:
+        f.write(b" line\nnext")
+    assert texts(await t.read_new()) == ["half line"]
+    c.advance(6)
+    assert texts(await t.read_new()) == ["next"]
+    assert t.position().offset == p.stat().st_size
+    t.close()
+
+
+async def test_truncation_restarts_with_marker(tmp_path: Path) -> None:
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"one\ntwo\nthree\n")
+    t = make(p, c)
+    await t.read_new()
+    p.write_bytes(b"new\n")  # Slurm truncates the output on requeue without --open-mode=append
+    got = texts(await t.read_new())
+    assert got[0].startswith(tailer.MARKER) and "truncated" in got[0]
+    assert got[1:] == ["new"]
+    t.close()
+
+
+async def test_rotation_finishes_old_file_then_reads_new(tmp_path: Path) -> None:
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"old 1\n")
+    t = make(p, c)
+    assert texts(await t.read_new()) == ["old 1"]
+    with p.open("ab") as f:
+        f.write(b"old 2\nold tail")
+    os.rename(p, tmp_path / "job.out.1")
+    p.write_bytes(b"fresh\n")
+    got = texts(await t.read_new())
+    assert got[:2] == ["old 2", "old tail"]
+    assert got[2].startswith(tailer.MARKER) and "replaced" in got[2]
+    assert got[3:] == ["fresh"]
+    t.close()
+
+
+async def test_deleted_file_then_recreated(tmp_path: Path) -> None:
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"x\n")
+    t = make(p, c)
+    await t.read_new()
+    p.unlink()
+    assert await t.read_new() == []
+    p.write_bytes(b"y\n")
+    assert texts(await t.read_new()) == ["y"]
+    t.close()
+
+
+async def test_binary_junk_and_huge_lines(tmp_path: Path) -> None:
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    huge = b"E" * 300_000
+    p.write_bytes(b"\xff\xfe\x00ok\n" + huge + b"\nafter\n")
+    t = make(p, c, max_line=1000)
+    got = texts(await t.read_new())
+    assert got[0] == "\ufffd\ufffd\x00ok"
+    assert got[1].startswith("E" * 1000) and got[1].endswith(f"{tailer.MARKER} 299000 bytes of this line dropped")
+    assert len(got[1]) < 1100
+    assert got[2] == "after"
+    t.close()
+
+
+async def test_reads_are_bounded_per_poll(tmp_path: Path) -> None:
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"".join(b"line %d\n" % i for i in range(20_000)))
+    t = make(p, c, max_read=64 * 1024)
+    first = await t.read_new()
+    assert 0 < len(first) < 20_000
+    rest = []
+    while batch := await t.read_new():
+        rest.extend(batch)
+    assert len(first) + len(rest) == 20_000 and rest[-1].text == "line 19999"
+    t.close()
+
+
+async def test_position_restores_after_restart(tmp_path: Path) -> None:
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"a\nb\npart")
+    t = make(p, c)
+    assert texts(await t.read_new()) == ["a", "b"]
+    pos = t.position()
+    t.close()
+    with p.open("ab") as f:
+        f.write(b"ial\nc\n")
+    t2 = make(p, c, position=pos)
+    got = await t2.read_new()
+    assert texts(got) == ["partial", "c"] and got[0].lineno == 3
+    t2.close()
+    other = tailer.TailPosition(str(p), pos.inode, 10**9, 7)  # offset past the end: file changed meanwhile
+    t3 = make(p, c, position=other)
+    got = texts(await t3.read_new())
+    assert "changed while we were stopped" in got[0] and got[1:] == ["a", "b", "partial", "c"]
+    t3.close()

@@ -1,0 +1,1 @@
+"""Real training workloads (``train.py``) and the sbatch scripts that run them (``jobs.py``)."""
