@@ -1,1 +1,455 @@
-"""The engine: wires signals -> detect -> attribute -> policy -> store -> act (being written)."""
+"""The engine: one loop that wires signals -> detect -> attribute -> policy -> store -> act.
+
+Place: below the shells (``cli.run`` for the standalone runner, the kopf operator next) and
+above every stage. It owns no scheduler- or Kubernetes-specific logic: the scheduler is a
+``schedulers.base.Scheduler``, the store an ``store.audit.AuditStore``.
+
+Per opted-in job (a *workload*; identity of one run = (workload, attempt) where attempt is the
+scheduler's restart count) it keeps a ``WorkloadRuntime``: the effective policy (the selected
+RecoveryPolicy plus the job comment's overrides), one ``detect.stream.WorkloadDetector`` for
+the current attempt, tailers of the job's output files, and the policy ledger.
+
+Three timers drive it: discovery (list opted-in jobs), tailing (read new lines, feed and tick
+the detectors), and the watchdog sweep. Every anomaly goes through attribution and the policy
+to an Advice, which is recorded *before* the executor touches the scheduler. Recovery of one
+workload runs as its own named task so a slow scheduler call never stalls detection elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from trainguard import settings as settings_mod
+from trainguard.act import executor as executor_mod
+from trainguard.attribute import external, lemon, rules
+from trainguard.detect import catalog as catalog_mod
+from trainguard.detect import hosts, sanitize, stream
+from trainguard.detect import matcher as matcher_mod
+from trainguard.model import actions, advice, anomalies, clock, signals, verdicts, vocab, workloads
+from trainguard.policy import blast_radius, decide, ledger, loader, overrides
+from trainguard.policy import model as policy_model
+from trainguard.schedulers import base
+from trainguard.signals import discovery, tailer
+from trainguard.store import audit
+
+logger = logging.getLogger(__name__)
+
+Listener = Callable[[str, str, dict[str, object]], Awaitable[None]]
+"""Called as ``listener(kind, workload, payload)`` after each audit record the engine writes:
+the seam for Kubernetes status/Events, the console and metrics."""
+
+_FAILED_STATES = frozenset(
+    {
+        workloads.JobState.FAILED,
+        workloads.JobState.NODE_FAIL,
+        workloads.JobState.OUT_OF_MEMORY,
+        workloads.JobState.TIMEOUT,
+        workloads.JobState.BOOT_FAIL,
+    }
+)
+
+
+@dataclass
+class WorkloadRuntime:
+    """What the engine keeps for one tracked workload."""
+
+    workload: str
+    job: workloads.JobSnapshot
+    policy_name: str
+    spec: policy_model.RecoveryPolicySpec | None
+    """The effective policy; None when no policy covers the job (recorded, never acted on)."""
+    detector: stream.WorkloadDetector | None
+    tailers: list[tailer.LogTailer]
+    history: ledger.WorkloadHistory
+    checkpoint_re: re.Pattern[str] | None
+    matcher: matcher_mod.Matcher | None
+    detector_attempt: int = -1
+    advised: dict[int, str] = field(default_factory=dict)
+    """Attempt -> the first-cause category already advised on (one advice per attempt unless
+    stronger evidence changes the first cause)."""
+    task: asyncio.Task[None] | None = None
+    finished_at: float | None = None
+
+
+class Engine:
+    """The recovery loop over one scheduler."""
+
+    def __init__(
+        self,
+        scheduler: base.Scheduler,
+        store: audit.AuditStore,
+        policies: loader.PolicySet,
+        catalog: catalog_mod.Catalog,
+        *,
+        clock_: clock.Clock,
+        settings: settings_mod.EngineSettings,
+        listeners: Sequence[Listener] = (),
+    ) -> None:
+        self.scheduler = scheduler
+        self.store = store
+        self.policies = policies
+        self.catalog = catalog
+        self.clock = clock_
+        self.settings = settings
+        self.listeners = list(listeners)
+        self.executor = executor_mod.Executor(scheduler, store, clock_, blast_limit=self._blast_limit)
+        self.discovery = discovery.JobDiscovery(scheduler, clock_)
+        self.runtimes: dict[str, WorkloadRuntime] = {}
+        self._matchers: dict[str, matcher_mod.Matcher] = {}
+        self._base_matcher = matcher_mod.build_matcher(catalog)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set; then wait for in-flight recoveries to finish."""
+        await self.recover()
+        loops = [
+            self._spawn(self._every(self.settings.discovery_interval_s, self.discover, stop), "discovery"),
+            self._spawn(self._every(self.settings.tail_interval_s, self.tail, stop), "tailing"),
+            self._spawn(self._every(self.settings.sweep_interval_s, self.sweep, stop), "watchdog-sweep"),
+        ]
+        await stop.wait()
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        pending = [rt.task for rt in self.runtimes.values() if rt.task is not None and not rt.task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=30)
+        for rt in self.runtimes.values():
+            for t in rt.tailers:
+                t.close()
+
+    async def recover(self) -> None:
+        """On start: the watchdog releases leftover holds of ours; pending advice is resumed."""
+        released = await self.executor.watchdog.recover()
+        for item in released:
+            logger.warning("released a hold left by a previous run on %s (generation %d)", item.workload,
+                           item.generation)
+        for item in await self.store.pending_advice():
+            logger.info("resuming advice %s attempt %d generation %d", item.workload, item.attempt, item.generation)
+            await self.executor.reconcile(item)
+
+    async def _every(self, interval: float, work: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await work()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A scheduler or database hiccup must not end the loop; the next round retries.
+                logger.exception("%s failed; retrying in %.1f s", getattr(work, "__name__", "work"), interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
+        return task
+
+    # ------------------------------------------------------------------ discovery
+
+    async def discover(self) -> None:
+        """One discovery round: start tracking new jobs, follow requeues, settle finished jobs."""
+        delta = await self.discovery.poll()
+        for job in delta.new:
+            await self._track(job)
+        for job in (*delta.changed, *delta.finished):
+            rt = self.runtimes.get(job.workload)
+            if rt is None:
+                await self._track(job)
+                continue
+            await self._update(rt, job)
+        for job in delta.gone:
+            rt = self.runtimes.pop(job.workload, None)
+            if rt is not None:
+                await self._close(rt, "the scheduler no longer knows the job")
+        await self._forget_settled()
+
+    async def _track(self, job: workloads.JobSnapshot) -> None:
+        now = self.clock.now()
+        opt_in = overrides.parse_opt_in(job.comment)
+        if opt_in is None:  # discovery lists only opted-in jobs; never touch anything else
+            return
+        policy, why = self.policies.select(opt_in.policy_name, partition=job.partition)
+        errors: list[str] = []
+        spec: policy_model.RecoveryPolicySpec | None = None
+        name = opt_in.policy_name or loader.DEFAULT_NAME
+        if policy is None:
+            errors.append(why)
+        else:
+            spec, errors = overrides.resolve(policy.spec, opt_in)
+            if not self.settings.allow_action and spec.mode != vocab.Mode.MONITOR:
+                spec = spec.model_copy(update={"mode": vocab.Mode.MONITOR})
+        await self.store.upsert_workload(
+            workload=job.workload, scheduler=self.scheduler.name, job_id=job.job_id, at=now, policy=name,
+            comment=job.comment[:1024], opt_in_errors=errors, state=job.state.value,
+        )
+        if errors:
+            logger.warning("workload %s: %s", job.workload, "; ".join(errors))
+        matcher = self._matcher_for(name, spec) if spec is not None else None
+        checkpoint = re.compile(spec.detection.checkpoint_regex) if spec is not None else None
+        rt = WorkloadRuntime(
+            workload=job.workload, job=job, policy_name=name, spec=spec, detector=None, tailers=[],
+            history=ledger.WorkloadHistory(workload=job.workload), checkpoint_re=checkpoint, matcher=matcher,
+        )
+        self.runtimes[job.workload] = rt
+        logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s)", job.workload, job.job_id, job.attempt,
+                    job.state.value, name, f", mode {spec.mode.value}" if spec else ", NOT COVERED")
+        self._open_tailers(rt)
+        await self._update(rt, job, first=True)
+
+    def _matcher_for(self, name: str, spec: policy_model.RecoveryPolicySpec) -> matcher_mod.Matcher:
+        """One compiled matcher per policy (its extra patterns extend the catalog)."""
+        if not spec.detection.extra_patterns:
+            return self._base_matcher
+        key = f"{name}:{hash(tuple(p.id for p in spec.detection.extra_patterns))}"
+        if key not in self._matchers:
+            self._matchers[key] = matcher_mod.build_matcher(self.catalog.extended(spec.detection.extra_patterns))
+        return self._matchers[key]
+
+    def _open_tailers(self, rt: WorkloadRuntime) -> None:
+        paths = [(rt.job.stdout_path, "stdout"), (rt.job.stderr_path, "stderr")]
+        seen: set[str] = set()
+        for path, source in paths:
+            if path and path not in seen and path != "/dev/null":
+                seen.add(path)
+                rt.tailers.append(tailer.LogTailer(path, self.clock, workload=rt.workload, source=source))
+
+    def _new_detector(self, rt: WorkloadRuntime, job: workloads.JobSnapshot) -> None:
+        if rt.spec is None or rt.matcher is None:
+            return
+        d = rt.spec.detection
+        settings = stream.DetectionSettings(
+            hang_timeout_s=d.hang_timeout,
+            progress_regex=d.progress_regex,
+            throughput_drop_fraction=d.throughput_drop_threshold,
+            throughput_window_s=d.throughput_window,
+            settle_s=d.settle,
+        )
+        rank_map = hosts.RankMap(job.nodes, 1 if job.nodes else None)
+        rt.detector = stream.WorkloadDetector(
+            rt.matcher, settings, self.clock, workload=rt.workload, attempt=job.attempt, rank_map=rank_map
+        )
+        rt.detector_attempt = job.attempt
+        rt.history = ledger.record_attempt_start(rt.history, job.attempt, self.clock.now())
+
+    async def _update(self, rt: WorkloadRuntime, job: workloads.JobSnapshot, *, first: bool = False) -> None:
+        """A fresh snapshot of a tracked job."""
+        now = self.clock.now()
+        previous = rt.job
+        rt.job = job
+        if job.stdout_path != previous.stdout_path or job.stderr_path != previous.stderr_path:
+            for t in rt.tailers:
+                t.close()
+            rt.tailers = []
+            self._open_tailers(rt)
+        # A new attempt gets a new detector once it runs: until then, lines still arriving from the
+        # old attempt's teardown (slurmstepd "CANCELLED ... DUE TO JOB REQUEUE") go to the old one.
+        if rt.detector is None or (job.attempt > rt.detector_attempt and job.state == workloads.JobState.RUNNING):
+            if rt.detector is not None:
+                await self._drain(rt)
+            self._new_detector(rt, job)
+            await self.store.record_attempt(workload=rt.workload, attempt=job.attempt, at=now, started_at=now,
+                                            state=job.state.value)
+            rt.finished_at = None
+        elif not first and job.state != previous.state:
+            await self.store.record_attempt(workload=rt.workload, attempt=job.attempt, at=now, state=job.state.value)
+        if job.state.finished and (first or not previous.state.finished):
+            await self._drain(rt)
+            rt.finished_at = now
+            rt.history = ledger.record_attempt_end(rt.history, job.attempt, now)
+            await self.store.record_attempt(workload=rt.workload, attempt=job.attempt, at=now, ended_at=now,
+                                            state=job.state.value)
+            if rt.detector is not None and rt.detector.attempt == job.attempt and job.state in _FAILED_STATES:
+                for anomaly in rt.detector.on_exit(job):
+                    await self._handle(rt, anomaly)
+        elif not job.state.finished:
+            rt.finished_at = None
+
+    async def _forget_settled(self) -> None:
+        now = self.clock.now()
+        for name, rt in list(self.runtimes.items()):
+            busy = rt.task is not None and not rt.task.done()
+            if rt.finished_at is not None and not busy and now - rt.finished_at >= self.settings.finished_grace_s:
+                self.runtimes.pop(name, None)
+                await self._close(rt, f"finished ({rt.job.state.value})")
+
+    async def _close(self, rt: WorkloadRuntime, why: str) -> None:
+        for t in rt.tailers:
+            t.close()
+        self.discovery.forget(rt.job.job_id)
+        logger.info("no longer tracking %s: %s", rt.workload, why)
+
+    # ------------------------------------------------------------------ signals
+
+    async def tail(self) -> None:
+        """One tailing round over every tracked workload, then a detector tick each."""
+        for rt in list(self.runtimes.values()):
+            await self._drain(rt)
+            if rt.detector is not None:
+                for anomaly in rt.detector.tick():
+                    await self._handle(rt, anomaly)
+
+    async def _drain(self, rt: WorkloadRuntime) -> None:
+        for t in rt.tailers:
+            try:
+                lines = await t.read_new()
+            except OSError as exc:
+                logger.warning("cannot read %s of %s: %s", t.path, rt.workload, exc)
+                continue
+            for line in lines:
+                await self._feed(rt, line)
+
+    async def _feed(self, rt: WorkloadRuntime, line: signals.LogLine) -> None:
+        clean = sanitize.clean_line(line.text)
+        if clean != line.text:
+            line = signals.LogLine(clean, line.lineno, line.received_at, line.source, line.node, line.rank)
+        if rt.checkpoint_re is not None and rt.checkpoint_re.search(clean):
+            attempt = rt.detector_attempt if rt.detector_attempt >= 0 else rt.job.attempt
+            rt.history = ledger.record_checkpoint(rt.history, attempt, line.received_at)
+            await self.store.record_attempt(workload=rt.workload, attempt=attempt, at=line.received_at,
+                                            checkpoint_saved=True)
+        if rt.detector is not None:
+            for anomaly in rt.detector.feed(line):
+                await self._handle(rt, anomaly)
+
+    # ------------------------------------------------------------------ the decision
+
+    async def _handle(self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly) -> None:
+        """Anomaly -> audit -> verdict -> audit -> advice; the executor runs as a task."""
+        if rt.spec is None or rt.detector is None:
+            return
+        attempt = rt.detector.attempt
+        now = self.clock.now()
+        await self.store.record_anomaly(workload=rt.workload, attempt=attempt, anomaly=anomaly, at=now)
+        await self._notify(vocab.AuditKind.ANOMALY, rt.workload, anomaly.model_dump(mode="json"))
+        verdict = await self._attribute(rt, anomaly, attempt, now)
+        await self.store.record_verdict(workload=rt.workload, attempt=attempt, verdict=verdict, at=self.clock.now())
+        await self._notify(vocab.AuditKind.VERDICT, rt.workload, verdict.model_dump(mode="json"))
+        rt.history = ledger.record_anomaly(rt.history, attempt, verdict.category, verdict.attribution)
+
+        earlier = rt.advised.get(attempt)
+        if earlier is not None and not _stronger(verdict, earlier):
+            logger.info("%s attempt %d: already advised (%s); %s recorded as evidence only", rt.workload, attempt,
+                        earlier, anomaly.category.value)
+            return
+        if rt.task is not None and not rt.task.done():
+            # The previous generation is still being carried out; a new one would race it.
+            await rt.task
+        generation = rt.history.advice_generation + 1
+        job = await self._fresh_job(rt)
+        item = decide.decide(
+            rt.spec, workload=rt.workload, attempt=attempt, anomaly=anomaly, verdict=verdict, history=rt.history,
+            job=job, generation=generation, now=self.clock.now(), policy_name=rt.policy_name,
+            partition_nodes=await self._partition_nodes(job.partition),
+        )
+        rt.history = ledger.record_advice(rt.history, attempt, generation, item.action, item.exclude_nodes)
+        rt.advised[attempt] = verdict.attribution.value
+        if item.action == vocab.AdviceAction.NONE:
+            await self.store.record_advice(item, at=self.clock.now())
+            await self._notify(vocab.AuditKind.ADVICE, rt.workload, item.model_dump(mode="json"))
+            return
+        await self.store.record_advice(item, at=self.clock.now())  # durable before anything is done
+        await self._notify(vocab.AuditKind.ADVICE, rt.workload, item.model_dump(mode="json"))
+        rt.task = self._spawn(self._carry_out(rt, item), f"recover:{rt.workload}:{attempt}:{generation}")
+
+    async def _carry_out(self, rt: WorkloadRuntime, item: advice.Advice) -> None:
+        disposition = await self.executor.reconcile(item)
+        await self._notify(vocab.AuditKind.OUTCOME, rt.workload,
+                           {"generation": item.generation, "disposition": disposition.value})
+        logger.info("%s attempt %d generation %d: %s -> %s", item.workload, item.attempt, item.generation,
+                    item.action.value, disposition.value)
+
+    async def _attribute(
+        self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, attempt: int, now: float
+    ) -> verdicts.Verdict:
+        assert rt.spec is not None
+        rule = lemon.LemonRule(rt.spec.exclusion.lemon_node_threshold, rt.spec.exclusion.lemon_node_window)
+        history = lemon.NodeHistory(
+            implications=[
+                lemon.Implication(node=i.node, at=i.at, workload=i.workload, category=_category(i.category))
+                for i in await self.store.node_history(since=now - rule.window_s)
+            ]
+        )
+        verdict = rules.attribute(
+            anomaly, node_history=history, lemon_rule=rule, now=now, workload=rt.workload, attempt=attempt,
+            job_nodes=rt.job.nodes,
+        )
+        service = rt.spec.attribution
+        if service.url:
+            verdict = await external.ExternalAttribution(service.url, service.timeout).attribute(anomaly, verdict)
+        return verdict
+
+    async def _fresh_job(self, rt: WorkloadRuntime) -> workloads.JobSnapshot:
+        try:
+            rt.job = await self.scheduler.get_job(rt.job.job_id)
+        except base.SchedulerError as exc:
+            logger.warning("cannot re-read job %s before deciding: %s", rt.job.job_id, exc)
+        return rt.job
+
+    async def _partition_nodes(self, partition: str) -> int | None:
+        try:
+            nodes = await self.scheduler.list_nodes()
+        except base.SchedulerError:
+            return None
+        return sum(1 for n in nodes if not partition or partition in n.partitions or not n.partitions) or None
+
+    async def _blast_limit(self, item: advice.Advice) -> str | None:
+        rt = self.runtimes.get(item.workload)
+        if rt is None or rt.spec is None:
+            return None
+        now = self.clock.now()
+        rows = await self.store.actions_by_operation(list(actions.Operation), since=now - blast_radius.WINDOW_S)
+        recent = [(r.created_at, r.operation.value) for r in rows if r.status == actions.ActionStatus.DONE]
+        nodes = await self.scheduler.list_nodes()
+        ours = sum(1 for n in nodes if n.drained and n.reason.startswith(base.OUR_REASON_PREFIX))
+        return blast_radius.check(
+            rt.spec, advice=item, recent_actions=recent, partition_nodes=max(len(nodes), 1), drained_by_us=ours,
+            now=now,
+        )
+
+    async def sweep(self) -> None:
+        """Watchdog: give up on advice past its deadline, releasing any hold of ours."""
+        await self.executor.watchdog.sweep()
+
+    async def _notify(self, kind: str, workload: str, payload: dict[str, object]) -> None:
+        for listener in self.listeners:
+            try:
+                await listener(kind, workload, payload)
+            except Exception:
+                logger.exception("listener failed on %s %s", kind, workload)
+
+
+_STRENGTH = {
+    vocab.Attribution.HARDWARE.value: 3,
+    vocab.Attribution.SYSTEM.value: 2,
+    vocab.Attribution.APPLICATION.value: 1,
+    vocab.Attribution.UNKNOWN.value: 0,
+    vocab.Attribution.NONE.value: -1,
+}
+
+
+def _stronger(verdict: verdicts.Verdict, earlier: str) -> bool:
+    """A second advice for the same attempt only when the new verdict is stronger evidence."""
+    return _STRENGTH.get(verdict.attribution.value, 0) > _STRENGTH.get(earlier, 0)
+
+
+def _category(value: str) -> vocab.Category:
+    try:
+        return vocab.Category(value)
+    except ValueError:
+        return vocab.Category.NONE
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("task %s failed", task.get_name(), exc_info=task.exception())

@@ -1,7 +1,8 @@
 """The ``trainguard`` entry point: --help lists the sub-commands, --version names the release.
 
 Checked twice: through ``trainguard.cli.main.main`` (the function the console script calls) and
-through the installed console script itself, so a broken ``[project.scripts]`` entry shows up.
+through the installed console script itself, so a broken ``[project.scripts]`` entry shows up
+(that one runs a subprocess, so it is not marked ``unit``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import pytest
 import trainguard
 from trainguard.cli import main
 
-pytestmark = pytest.mark.unit
-
 
 def console_script() -> str:
     """The ``trainguard`` script of the interpreter running the tests (the project's venv)."""
@@ -28,6 +27,7 @@ def console_script() -> str:
     return found
 
 
+@pytest.mark.unit
 def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main.main(["--help"])
@@ -38,6 +38,7 @@ def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None
         assert name in out
 
 
+@pytest.mark.unit
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main.main(["--version"])
@@ -45,11 +46,13 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"trainguard {trainguard.__version__}"
 
 
+@pytest.mark.unit
 def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert main.main([]) == 2
     assert "usage: trainguard" in capsys.readouterr().out
 
 
+@pytest.mark.unit
 def test_unknown_command_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main.main(["no-such-command"])
@@ -59,6 +62,7 @@ def test_unknown_command_is_a_clear_error(capsys: pytest.CaptureFixture[str]) ->
     assert "Traceback" not in err
 
 
+# not marked unit: it starts a subprocess (the real console script)
 def test_console_script_help_and_version() -> None:
     script = console_script()
     helped = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60, check=False)

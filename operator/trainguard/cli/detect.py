@@ -30,13 +30,28 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="log file to analyse; '-' for standard input")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
-    parser.add_argument("--patterns-file", action="append", default=[], type=Path, metavar="FILE",
-                        help="extra catalog patterns (YAML, catalog schema); repeatable")
-    parser.add_argument("--progress-regex", default=None, metavar="REGEX",
-                        help="regex of the trainer's progress line (named groups step, rate, seconds)")
+    parser.add_argument(
+        "--patterns-file",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="extra catalog patterns (YAML, catalog schema); repeatable",
+    )
+    parser.add_argument(
+        "--progress-regex",
+        default=None,
+        metavar="REGEX",
+        help="regex of the trainer's progress line (named groups step, rate, seconds)",
+    )
     parser.add_argument("--engine", default="auto", choices=("auto", *matcher.ENGINES), help="matcher engine")
-    parser.add_argument("--max-evidence", type=int, default=MAX_EVIDENCE, metavar="N",
-                        help=f"evidence lines shown per file (default {MAX_EVIDENCE})")
+    parser.add_argument(
+        "--max-evidence",
+        type=int,
+        default=MAX_EVIDENCE,
+        metavar="N",
+        help=f"evidence lines shown per file (default {MAX_EVIDENCE})",
+    )
     parser.set_defaults(func=run)
 
 

@@ -64,8 +64,15 @@ def exit_evidence(job: workloads.JobSnapshot, at: float) -> anomalies.Evidence:
         text += f" signal={job.exit_signal}"
     if job.reason:
         text += f" reason={job.reason}"
-    return anomalies.Evidence(line=0, text=text, pattern=EXIT_PATTERN, source="scheduler", at=at,
-                              category=exit_category(job) or C.NONE, severity=vocab.Severity.FATAL)
+    return anomalies.Evidence(
+        line=0,
+        text=text,
+        pattern=EXIT_PATTERN,
+        source="scheduler",
+        at=at,
+        category=exit_category(job) or C.NONE,
+        severity=vocab.Severity.FATAL,
+    )
 
 
 class CrashDetector:
@@ -106,7 +113,8 @@ class CrashDetector:
         self._window_opened = None
         self.evidence = [
             e.model_copy(update={"severity": vocab.Severity.WARNING})
-            if e.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR) else e
+            if e.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
+            else e
             for e in self.evidence
         ]
 

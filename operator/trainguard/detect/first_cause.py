@@ -149,7 +149,13 @@ def find_first_cause(
                 if rank_class == best_rank and item.category == category and (item.node or item.rank is not None):
                     _add_suspect(item, nodes, ranks, node_of)
                     break
-    if not nodes and not ranks and root_cause is not None and best_rank != Rank.HARDWARE and not _collateral(root_cause):
+    if (
+        not nodes
+        and not ranks
+        and root_cause is not None
+        and best_rank != Rank.HARDWARE
+        and not _collateral(root_cause)
+    ):
         if root_cause.host:
             _add(nodes, root_cause.host)
         if root_cause.rank is not None:

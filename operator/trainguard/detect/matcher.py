@@ -90,40 +90,38 @@ class Matcher:
         self._re2_set: Any = None
         self._re2_chunk: list[Any] = []
         if engine == "hyperscan":
-            self._hs_line, self._hs_chunk = self._compile_hyperscan()
+            # Compile the chunk database now (it also validates the catalog); the per-line one on
+            # the first ``match``, so `trainguard scan` pays for one compilation, not two.
+            self._hs_chunk = self._compile_hyperscan(single_match=False)
         elif engine == "re2":
             self._re2_set = self._compile_re2()
 
     # -- compilation ------------------------------------------------------------------------
 
-    def _compile_hyperscan(self) -> tuple[Any, Any]:
+    def _compile_hyperscan(self, single_match: bool) -> Any:
+        """One Hyperscan block-mode database holding every pattern.
+
+        The per-line database reports each pattern once (SINGLEMATCH) since a line is scanned
+        alone; the chunk database must report every line a pattern matches, so it cannot.
+        """
         import hyperscan
 
         expressions: list[bytes] = []
         flags: list[int] = []
         for spec in self.catalog.patterns:
             body = spec.regex
-            flag = hyperscan.HS_FLAG_MULTILINE
+            flag = hyperscan.HS_FLAG_MULTILINE | (hyperscan.HS_FLAG_SINGLEMATCH if single_match else 0)
             if body.startswith("(?i)"):
                 body, flag = body[4:], flag | hyperscan.HS_FLAG_CASELESS
             expressions.append(body.encode())
             flags.append(flag)
         ids = list(range(len(expressions)))
-        # Two databases: the per-line one reports each pattern once (SINGLEMATCH) since a line
-        # is scanned alone; the chunk one must report every line a pattern matches.
-        line_db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        chunk_db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         try:
-            line_db.compile(
-                expressions=expressions,
-                ids=ids,
-                elements=len(ids),
-                flags=[f | hyperscan.HS_FLAG_SINGLEMATCH for f in flags],
-            )
-            chunk_db.compile(expressions=expressions, ids=ids, elements=len(ids), flags=flags)
+            database.compile(expressions=expressions, ids=ids, elements=len(ids), flags=flags)
         except hyperscan.error as exc:
             raise MatcherError(f"Hyperscan cannot compile the catalog: {exc}") from exc
-        return line_db, chunk_db
+        return database
 
     def _compile_re2(self) -> Any:
         import re2
@@ -150,6 +148,8 @@ class Matcher:
             def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
                 hits.add(index)
 
+            if self._hs_line is None:
+                self._hs_line = self._compile_hyperscan(single_match=True)
             self._hs_line.scan(data, match_event_handler=on_match)
             return [self._ids[i] for i in sorted(hits)]
         if self.engine == "re2":

@@ -91,8 +91,12 @@ def _parse_builtin(text: str) -> Progress | None:
         return Progress(None, None, "")
     step_m = _STEP.search(text)
     step = int(step_m.group(1)) if step_m else None
-    for regex, unit in ((_TOKENS, "tokens/s"), (_TOKENS_AFTER, "tokens/s"), (_SAMPLES, "samples/s"),
-                        (_SAMPLES_AFTER, "samples/s")):
+    for regex, unit in (
+        (_TOKENS, "tokens/s"),
+        (_TOKENS_AFTER, "tokens/s"),
+        (_SAMPLES, "samples/s"),
+        (_SAMPLES_AFTER, "samples/s"),
+    ):
         if m := regex.search(text):
             return Progress(step, _number(m.group(1)), unit)
     if m := _SEC_PER_STEP.search(text):

@@ -144,11 +144,22 @@ class FileAnalyzer:
                 continue
             progress_since_error += 1
             if parsed.rate is not None:
-                item = anomalies.Evidence(line=lineno, text=text[:500], pattern=stream.PROGRESS_PATTERN, source=path,
-                                          at=progress.line_time(text), node=prefix.node, rank=prefix.rank,
-                                          category=vocab.Category.NONE, severity=vocab.Severity.INFO)
-                key = f"rank:{prefix.rank}" if prefix.rank is not None else (
-                    f"node:{prefix.node}" if prefix.node else None)
+                item = anomalies.Evidence(
+                    line=lineno,
+                    text=text[:500],
+                    pattern=stream.PROGRESS_PATTERN,
+                    source=path,
+                    at=progress.line_time(text),
+                    node=prefix.node,
+                    rank=prefix.rank,
+                    category=vocab.Category.NONE,
+                    severity=vocab.Severity.INFO,
+                )
+                key = (
+                    f"rank:{prefix.rank}"
+                    if prefix.rank is not None
+                    else (f"node:{prefix.node}" if prefix.node else None)
+                )
                 samples.append(_Sample(key, item.at, parsed.rate, item))
 
         evidence = [_with_node(e, rank_map) for e in evidence]
@@ -156,19 +167,43 @@ class FileAnalyzer:
             evidence, hints=self._hints, root_cause=root, node_of=rank_map.node_of, ranks_seen=ranks_seen
         )
         if cause is not None and progress_since_error < RECOVERED_AFTER:
-            return Result(path, cause.symptom, cause.category, cause.attribution, cause.evidence,
-                          cause.suspect_nodes, cause.suspect_ranks, lines=lineno,
-                          summary=f"first cause at line {cause.evidence[0].line}")
+            return Result(
+                path,
+                cause.symptom,
+                cause.category,
+                cause.attribution,
+                cause.evidence,
+                cause.suspect_nodes,
+                cause.suspect_ranks,
+                lines=lineno,
+                summary=f"first cause at line {cause.evidence[0].line}",
+            )
         context = cause.evidence if cause is not None else [e for e in evidence if e.severity != vocab.Severity.INFO]
         drop = self._find_drop(samples)
         if drop is not None:
             anomaly = stream.straggler_anomaly(drop, drop.since, rank_map)
-            return Result(path, vocab.Symptom.STRAGGLER, vocab.Category.THROUGHPUT_DROP, vocab.Attribution.UNKNOWN,
-                          anomaly.evidence, anomaly.suspect_nodes, anomaly.suspect_ranks, context=context,
-                          lines=lineno, summary=anomaly.summary)
+            return Result(
+                path,
+                vocab.Symptom.STRAGGLER,
+                vocab.Category.THROUGHPUT_DROP,
+                vocab.Attribution.UNKNOWN,
+                anomaly.evidence,
+                anomaly.suspect_nodes,
+                anomaly.suspect_ranks,
+                context=context,
+                lines=lineno,
+                summary=anomaly.summary,
+            )
         summary = "errors followed by continued progress (survived)" if cause is not None else ""
-        return Result(path, vocab.Symptom.HEALTHY, vocab.Category.NONE, vocab.Attribution.NONE, context=context,
-                      lines=lineno, summary=summary)
+        return Result(
+            path,
+            vocab.Symptom.HEALTHY,
+            vocab.Category.NONE,
+            vocab.Attribution.NONE,
+            context=context,
+            lines=lineno,
+            summary=summary,
+        )
 
     def _find_drop(self, samples: list[_Sample]) -> straggler.Drop | None:
         if not samples:

@@ -160,9 +160,15 @@ class WorkloadDetector:
         if found is None:
             return
         item = anomalies.Evidence(
-            line=line.lineno, text=line.text, pattern=PROGRESS_PATTERN, source=line.source, at=line.received_at,
-            node=line.node or prefix.node, rank=line.rank if line.rank is not None else prefix.rank,
-            category=vocab.Category.NONE, severity=vocab.Severity.INFO,
+            line=line.lineno,
+            text=line.text,
+            pattern=PROGRESS_PATTERN,
+            source=line.source,
+            at=line.received_at,
+            node=line.node or prefix.node,
+            rank=line.rank if line.rank is not None else prefix.rank,
+            category=vocab.Category.NONE,
+            severity=vocab.Severity.INFO,
         )
         self._hang.progress(line.received_at, item)
         if self._crash.window_opened is not None and not self._has_fatal():
@@ -244,9 +250,15 @@ def straggler_anomaly(drop: straggler.Drop, now: float, rank_map: hosts.RankMap)
         nodes.append(drop.key[5:])
     evidence = []
     if drop.first is not None:
-        evidence.append(drop.first.model_copy(update={"pattern": STRAGGLER_PATTERN,
-                                                       "category": vocab.Category.THROUGHPUT_DROP,
-                                                       "severity": vocab.Severity.WARNING}))
+        evidence.append(
+            drop.first.model_copy(
+                update={
+                    "pattern": STRAGGLER_PATTERN,
+                    "category": vocab.Category.THROUGHPUT_DROP,
+                    "severity": vocab.Severity.WARNING,
+                }
+            )
+        )
     who = f" on {drop.key}" if drop.key else ""
     return anomalies.Anomaly(
         symptom=vocab.Symptom.STRAGGLER,

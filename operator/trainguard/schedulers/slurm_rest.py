@@ -81,10 +81,11 @@ class SlurmRest:
             raise base.SchedulerError(msg) from None
         errors = [e for e in (data.get("errors") or []) if isinstance(e, dict)] if isinstance(data, dict) else []
         if errors:
-            msg = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors)
+            msg = "; ".join(_error_text(e) for e in errors)
             if slurm_cli.is_gone(msg):
                 raise base.JobGone(f"{self.name}: {msg}")
-            raise base.SchedulerError(f"{self.name}: {method} {path}: {msg}")
+            hint = " (an invalid or expired JWT looks like this)" if status == 500 and "Unspecified" in msg else ""
+            raise base.SchedulerError(f"{self.name}: {method} {path}: HTTP {status}: {msg}{hint}")
         if status >= 400 or not isinstance(data, dict):
             raise base.SchedulerError(f"{self.name}: {method} {path}: HTTP {status}")
         return data
@@ -245,3 +246,11 @@ class SlurmRest:
             self._session = None
         if self._fallback is not None:
             await self._fallback.close()
+
+
+def _error_text(err: dict[str, Any]) -> str:
+    """slurmrestd's ``{"error": ..., "description": ...}`` as one readable phrase."""
+    error, description = str(err.get("error") or ""), str(err.get("description") or "")
+    if error and description and description != error:
+        return f"{error} ({description})"
+    return error or description or json.dumps(err)

@@ -8,8 +8,8 @@ slurm-local fallback. Each wait has a timeout; a requeue takes ~6-8 s to run aga
 from __future__ import annotations
 
 import pytest
-
 from tests.support import slurm
+
 from trainguard.model import workloads
 from trainguard.schedulers import base
 
@@ -113,9 +113,9 @@ async def test_drain_and_resume_only_ours(scheduler: base.Scheduler, slurm_clust
             await scheduler.resume_node(foreign)
         assert {n.name: n for n in await scheduler.list_nodes()}[foreign].drained
     finally:
-        for name in (ours, foreign):
-            slurm_cluster.run("scontrol", "update", f"NodeName={name}", "State=RESUME", timeout=30) if any(
-                n.name == name and n.drained for n in await scheduler.list_nodes()) else None
+        drained = {n.name for n in await scheduler.list_nodes() if n.drained}
+        for name in sorted({ours, foreign} & drained):
+            slurm_cluster.scontrol("update", f"NodeName={name}", "State=RESUME")
 
 
 async def test_job_array_tasks_are_jobs(scheduler: base.Scheduler, slurm_cluster: slurm.SlurmCluster) -> None:

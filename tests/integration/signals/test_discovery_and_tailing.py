@@ -6,8 +6,8 @@ import asyncio
 import time
 
 import pytest
-
 from tests.support import slurm
+
 from trainguard.model import clock, workloads
 from trainguard.schedulers import factory
 from trainguard.signals import discovery, tailer
@@ -18,15 +18,15 @@ SCRIPT = ("#!/bin/bash\nunset SLURM_JWT\necho \"start restart=$SLURM_RESTART_COU
           "srun -l bash -c 'for i in $(seq 600); do echo iteration $i; sleep 0.5; done'\n")
 
 
-async def read_until(t: tailer.LogTailer, needle: str, timeout: float = 30.0) -> list[str]:
+async def read_until(t: tailer.LogTailer, needle: str, within: float = 30.0) -> list[str]:
     seen: list[str] = []
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         seen += [x.text for x in await t.read_new()]
         if any(needle in s for s in seen):
             return seen
         await asyncio.sleep(0.3)
-    raise AssertionError(f"{needle!r} not in output within {timeout} s; saw {seen[-5:]}")
+    raise AssertionError(f"{needle!r} not in output within {within} s; saw {seen[-5:]}")
 
 
 async def test_follow_a_job_through_a_requeue(slurm_cluster: slurm.SlurmCluster) -> None:

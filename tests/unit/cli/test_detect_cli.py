@@ -11,9 +11,11 @@ import pytest
 
 from trainguard.cli import main
 
-TIMEOUT = ("[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: "
-           "WorkNCCL(SeqNum=52, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 "
-           "milliseconds before timing out.")
+TIMEOUT = (
+    "[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=52, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 "
+    "milliseconds before timing out."
+)
 
 
 def test_json_contract_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,8 +54,11 @@ def test_operator_patterns_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
     log.write_text("node7: LustreError: 11-0: scratch-MDT0000: operation failed; client was evicted\n")
     assert main.main(["detect", "--format", "json", "--patterns-file", str(extra), str(log)]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert (result["category"], result["attribution"], result["suspect_nodes"]) == ("filesystem_io", "system",
-                                                                                    ["node7"])
+    assert (result["category"], result["attribution"], result["suspect_nodes"]) == (
+        "filesystem_io",
+        "system",
+        ["node7"],
+    )
 
 
 def test_bad_patterns_file_and_bad_regex_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -117,14 +117,12 @@ ENTRY = """
     [
         ({"regex": "foo(bar"}, "does not compile"),
         ({"regex": "foo(?=bar)"}, "look-ahead"),
-        ({"regex": "(a)\\\\1"}, "back-references"),
+        ({"regex": "(a)\\1"}, "back-references"),
         ({"category": "disk_on_fire"}, "category"),
-        ({"regex": "x*"}, "empty string"),
+        ({"regex": "(?:ab)*"}, "empty string"),
     ],
 )
-def test_bad_operator_file_is_rejected_with_a_clear_error(
-    tmp_path: Path, fields: dict[str, str], message: str
-) -> None:
+def test_bad_operator_file_is_rejected_with_a_clear_error(tmp_path: Path, fields: dict[str, str], message: str) -> None:
     values = {"id": "bad", "category": "filesystem_io", "regex": "disk full", **fields}
     path = _write(tmp_path, "patterns:" + ENTRY.format(**values))
     with pytest.raises(catalogs.CatalogError, match=message) as info:

@@ -11,9 +11,12 @@ C = vocab.Category
 J = workloads.JobState
 
 
-def job(state: workloads.JobState, exit_code: int | None = None, exit_signal: int | None = None) -> workloads.JobSnapshot:
-    return workloads.JobSnapshot(workload="slurm/test/1", job_id="1", state=state, exit_code=exit_code,
-                                 exit_signal=exit_signal)
+def job(
+    state: workloads.JobState, exit_code: int | None = None, exit_signal: int | None = None
+) -> workloads.JobSnapshot:
+    return workloads.JobSnapshot(
+        workload="slurm/test/1", job_id="1", state=state, exit_code=exit_code, exit_signal=exit_signal
+    )
 
 
 @pytest.mark.parametrize(
@@ -37,8 +40,9 @@ def test_exit_category(snapshot: workloads.JobSnapshot, category: vocab.Category
 
 
 def _ev(line: int, category: vocab.Category, severity: vocab.Severity, rank: int | None = None) -> anomalies.Evidence:
-    return anomalies.Evidence(line=line, text=f"line {line}", pattern="test.p", category=category,
-                              severity=severity, rank=rank)
+    return anomalies.Evidence(
+        line=line, text=f"line {line}", pattern="test.p", category=category, severity=severity, rank=rank
+    )
 
 
 def test_settle_window_then_one_anomaly() -> None:

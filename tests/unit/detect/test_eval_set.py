@@ -8,6 +8,9 @@ category and suspect nodes are right on every unambiguous file.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import json
 from collections import Counter
 from pathlib import Path
@@ -26,10 +29,14 @@ def _labels() -> dict[str, dict[str, Any]]:
     return loaded
 
 
-def _detect_all(capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, Any]]:
+@functools.cache
+def _detect_all() -> dict[str, dict[str, Any]]:
+    """One CLI run over the whole set, shared by the tests of this module."""
     paths = sorted(str(EVAL / name) for name in _labels())
-    assert main.main(["detect", "--format", "json", *paths]) == 0
-    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main.main(["detect", "--format", "json", *paths]) == 0
+    results = [json.loads(line) for line in out.getvalue().splitlines()]
     assert len(results) == len(paths)
     return {Path(r["path"]).name: r for r in results}
 
@@ -37,7 +44,7 @@ def _detect_all(capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, Any]]
 def test_eval_set(capsys: pytest.CaptureFixture[str]) -> None:
     labels = _labels()
     assert len(labels) >= 40
-    got = _detect_all(capsys)
+    got = _detect_all()
     counts: Counter[str] = Counter()
     confusion: Counter[tuple[str, str]] = Counter()
     misses: list[str] = []
@@ -53,19 +60,25 @@ def test_eval_set(capsys: pytest.CaptureFixture[str]) -> None:
         key = (have["symptom"], have["category"], have["suspect_nodes"])
         if key != (want["symptom"], want["category"], want["suspect_nodes"]):
             tag = "ambiguous" if want.get("ambiguous") else "MISS"
-            misses.append(f"  {tag} {name}: got {key}, want {(want['symptom'], want['category'], want['suspect_nodes'])}")
+            misses.append(
+                f"  {tag} {name}: got {key}, want {(want['symptom'], want['category'], want['suspect_nodes'])}"
+            )
     n = counts["files"]
     report = [f"eval set: {n} files"]
-    report += [f"  {k} accuracy: {counts[k]}/{n} = {counts[k] / n:.0%}"
-               for k in ("symptom", "category", "attribution", "nodes", "ranks")]
-    report.append("  confusion (labelled -> detected): " + ", ".join(
-        f"{w}->{h}: {c}" for (w, h), c in sorted(confusion.items())))
+    report += [
+        f"  {k} accuracy: {counts[k]}/{n} = {counts[k] / n:.0%}"
+        for k in ("symptom", "category", "attribution", "nodes", "ranks")
+    ]
+    report.append(
+        "  confusion (labelled -> detected): " + ", ".join(f"{w}->{h}: {c}" for (w, h), c in sorted(confusion.items()))
+    )
     report += misses
     with capsys.disabled():
         print("\n" + "\n".join(report))
 
-    healthy_called_crash = [name for name, want in labels.items()
-                            if want["symptom"] == "healthy" and got[name]["symptom"] == "crash"]
+    healthy_called_crash = [
+        name for name, want in labels.items() if want["symptom"] == "healthy" and got[name]["symptom"] == "crash"
+    ]
     assert healthy_called_crash == []
     failing_files = [name for name, want in labels.items() if want["symptom"] != "healthy"]
     assert all(got[name]["symptom"] != "healthy" for name in failing_files)
@@ -73,8 +86,8 @@ def test_eval_set(capsys: pytest.CaptureFixture[str]) -> None:
     assert wrong == []
 
 
-def test_evidence_is_capped_and_initiating_first(capsys: pytest.CaptureFixture[str]) -> None:
-    got = _detect_all(capsys)
+def test_evidence_is_capped_and_initiating_first() -> None:
+    got = _detect_all()
     for result in got.values():
         assert len(result["evidence"]) <= 20
         assert all(set(e) == {"line", "text", "pattern"} for e in result["evidence"])

@@ -9,24 +9,45 @@ C = vocab.Category
 S = vocab.Severity
 
 
-def ev(line: int, category: vocab.Category, text: str = "x", *, severity: vocab.Severity = S.ERROR,
-       node: str | None = None, rank: int | None = None, pattern: str = "test.p") -> anomalies.Evidence:
-    return anomalies.Evidence(line=line, text=text, pattern=pattern, category=category, severity=severity,
-                              node=node, rank=rank)
+def ev(
+    line: int,
+    category: vocab.Category,
+    text: str = "x",
+    *,
+    severity: vocab.Severity = S.ERROR,
+    node: str | None = None,
+    rank: int | None = None,
+    pattern: str = "test.p",
+) -> anomalies.Evidence:
+    return anomalies.Evidence(
+        line=line, text=text, pattern=pattern, category=category, severity=severity, node=node, rank=rank
+    )
 
 
 def timeouts(first_line: int, ranks: range, seq: int = 52, skip: tuple[int, ...] = ()) -> list[anomalies.Evidence]:
-    return [ev(first_line + i, C.NCCL_TIMEOUT, f"[Rank {r}] Watchdog caught collective operation timeout: "
-               f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE)", rank=r)
-            for i, r in enumerate(r for r in ranks if r not in skip)]
+    return [
+        ev(
+            first_line + i,
+            C.NCCL_TIMEOUT,
+            f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE)",
+            rank=r,
+        )
+        for i, r in enumerate(r for r in ranks if r not in skip)
+    ]
 
 
 def test_hardware_after_timeouts_outranks_them() -> None:
-    evidence = [*timeouts(10, range(16)), ev(40, C.GPU_FALLEN_OFF_BUS, "NVRM: Xid (PCI:0000:2a:00): 79", node="gpu-a02")]
+    evidence = [
+        *timeouts(10, range(16)),
+        ev(40, C.GPU_FALLEN_OFF_BUS, "NVRM: Xid (PCI:0000:2a:00): 79", node="gpu-a02"),
+    ]
     found = first_cause.find_first_cause(evidence)
     assert found is not None
-    assert (found.symptom, found.category, found.attribution) == (vocab.Symptom.CRASH, C.GPU_FALLEN_OFF_BUS,
-                                                                 vocab.Attribution.HARDWARE)
+    assert (found.symptom, found.category, found.attribution) == (
+        vocab.Symptom.CRASH,
+        C.GPU_FALLEN_OFF_BUS,
+        vocab.Attribution.HARDWARE,
+    )
     assert found.suspect_nodes == ["gpu-a02"]
     assert found.suspect_ranks == []
     assert found.evidence[0].line == 40
@@ -35,10 +56,13 @@ def test_hardware_after_timeouts_outranks_them() -> None:
 
 def test_cuda_error_on_one_rank_before_timeouts_is_the_cause() -> None:
     rank_map = hosts.RankMap(["n1", "n2"], tasks_per_node=8)
-    evidence = [ev(5, C.CUDA_ILLEGAL_MEMORY, "RuntimeError: CUDA error: an illegal memory access", rank=11),
-                *timeouts(20, range(16), skip=(11,))]
-    found = first_cause.find_first_cause(evidence, node_of=rank_map.node_of,
-                                         hints={"test.p": vocab.Attribution.APPLICATION})
+    evidence = [
+        ev(5, C.CUDA_ILLEGAL_MEMORY, "RuntimeError: CUDA error: an illegal memory access", rank=11),
+        *timeouts(20, range(16), skip=(11,)),
+    ]
+    found = first_cause.find_first_cause(
+        evidence, node_of=rank_map.node_of, hints={"test.p": vocab.Attribution.APPLICATION}
+    )
     assert found is not None
     assert found.category == C.CUDA_ILLEGAL_MEMORY
     assert found.attribution == vocab.Attribution.APPLICATION
@@ -46,8 +70,9 @@ def test_cuda_error_on_one_rank_before_timeouts_is_the_cause() -> None:
 
 
 def test_python_exception_vs_distributed_symptoms() -> None:
-    cascade = ev(3, C.PYTHON_EXCEPTION, "RuntimeError: NCCL error: remote process exited or there was a network error",
-                 rank=0)
+    cascade = ev(
+        3, C.PYTHON_EXCEPTION, "RuntimeError: NCCL error: remote process exited or there was a network error", rank=0
+    )
     cause = ev(9, C.PYTHON_EXCEPTION, "KeyError: 'input_ids'", rank=5)
     found = first_cause.find_first_cause([cascade, cause, *timeouts(30, range(8), skip=(5,))])
     assert found is not None
@@ -55,9 +80,11 @@ def test_python_exception_vs_distributed_symptoms() -> None:
 
 
 def test_earliest_wins_within_a_class_and_specific_beats_generic_on_one_line() -> None:
-    evidence = [ev(7, C.PYTHON_EXCEPTION, "OSError: [Errno 122] Disk quota exceeded", rank=0),
-                ev(7, C.FILESYSTEM_IO, "OSError: [Errno 122] Disk quota exceeded", rank=0),
-                ev(9, C.OOM_GPU, "CUDA out of memory", rank=3)]
+    evidence = [
+        ev(7, C.PYTHON_EXCEPTION, "OSError: [Errno 122] Disk quota exceeded", rank=0),
+        ev(7, C.FILESYSTEM_IO, "OSError: [Errno 122] Disk quota exceeded", rank=0),
+        ev(9, C.OOM_GPU, "CUDA out of memory", rank=3),
+    ]
     found = first_cause.find_first_cause(evidence)
     assert found is not None
     assert found.category == C.FILESYSTEM_IO
@@ -66,8 +93,11 @@ def test_earliest_wins_within_a_class_and_specific_beats_generic_on_one_line() -
 def test_timeouts_only_is_a_hang_naming_the_missing_rank() -> None:
     found = first_cause.find_first_cause(timeouts(1, range(8), skip=(6,)), ranks_seen=range(8))
     assert found is not None
-    assert (found.symptom, found.category, found.attribution) == (vocab.Symptom.HANG, C.NCCL_TIMEOUT,
-                                                                 vocab.Attribution.UNKNOWN)
+    assert (found.symptom, found.category, found.attribution) == (
+        vocab.Symptom.HANG,
+        C.NCCL_TIMEOUT,
+        vocab.Attribution.UNKNOWN,
+    )
     assert found.suspect_ranks == [6]
 
 
@@ -90,26 +120,40 @@ def test_everyone_timed_out_names_nobody_and_collateral_root_cause_is_ignored() 
 
 
 def test_killed_task_before_timeouts() -> None:
-    evidence = [ev(50, C.PROCESS_SIGNAL_KILLED, "srun: error: node2: task 6: Killed", node="node2", rank=6),
-                *timeouts(60, range(16), skip=(6,))]
+    evidence = [
+        ev(50, C.PROCESS_SIGNAL_KILLED, "srun: error: node2: task 6: Killed", node="node2", rank=6),
+        *timeouts(60, range(16), skip=(6,)),
+    ]
     found = first_cause.find_first_cause(evidence)
     assert found is not None
     assert (found.category, found.suspect_nodes, found.suspect_ranks) == (C.PROCESS_SIGNAL_KILLED, ["node2"], [6])
 
 
 def test_warnings_alone_are_no_cause_but_hardware_warnings_beat_cascades() -> None:
-    assert first_cause.find_first_cause([ev(1, C.NCCL_NETWORK_IB, severity=S.WARNING),
-                                         ev(2, C.PYTHON_EXCEPTION, severity=S.WARNING)]) is None
-    ib = ev(5, C.NCCL_NETWORK_IB, "NET/IB : Got completion from peer with status=12", severity=S.WARNING,
-            node="node2", rank=7)
+    assert (
+        first_cause.find_first_cause(
+            [ev(1, C.NCCL_NETWORK_IB, severity=S.WARNING), ev(2, C.PYTHON_EXCEPTION, severity=S.WARNING)]
+        )
+        is None
+    )
+    ib = ev(
+        5,
+        C.NCCL_NETWORK_IB,
+        "NET/IB : Got completion from peer with status=12",
+        severity=S.WARNING,
+        node="node2",
+        rank=7,
+    )
     found = first_cause.find_first_cause([*timeouts(1, range(4)), ib])
     assert found is not None
     assert (found.category, found.suspect_nodes) == (C.NCCL_NETWORK_IB, ["node2"])
 
 
 def test_place_borrowed_from_a_second_report_of_the_same_event() -> None:
-    evidence = [ev(50, C.OOM_HOST_KILLED, "slurmstepd: error: Detected 1 oom_kill event", severity=S.FATAL),
-                ev(51, C.OOM_HOST_KILLED, "srun: error: node4: task 12: Out Of Memory", node="node4", rank=12)]
+    evidence = [
+        ev(50, C.OOM_HOST_KILLED, "slurmstepd: error: Detected 1 oom_kill event", severity=S.FATAL),
+        ev(51, C.OOM_HOST_KILLED, "srun: error: node4: task 12: Out Of Memory", node="node4", rank=12),
+    ]
     found = first_cause.find_first_cause(evidence)
     assert found is not None
     assert (found.suspect_nodes, found.suspect_ranks) == (["node4"], [12])

@@ -10,8 +10,12 @@ from trainguard.detect import progress
 @pytest.mark.parametrize(
     ("line", "step", "rate"),
     [
-        (" iteration      100/    1000 | consumed samples: 51200 | elapsed time per iteration (ms): 1250.0 | "
-         "throughput per GPU (TFLOP/s/GPU): 180.2 | lm loss: 2.3E+00 |", 100, 0.8),
+        (
+            " iteration      100/    1000 | consumed samples: 51200 | elapsed time per iteration (ms): 1250.0 | "
+            "throughput per GPU (TFLOP/s/GPU): 180.2 | lm loss: 2.3E+00 |",
+            100,
+            0.8,
+        ),
         ("step: 10  loss:  7.9421  memory: 61.22GiB(77.34%)  tps: 12,345  tflops: 150.2  mfu: 30.1%", 10, 12345.0),
         ("12/100 [00:10<01:10,  1.25it/s]", 12, 1.25),
         ("Epoch 0:  10%|#         | 100/1000 [00:40<06:00,  2.50it/s, v_num=3, loss=1.2]", 100, 2.5),
@@ -33,7 +37,9 @@ def test_builtin_patterns(line: str, step: int | None, rate: float | None) -> No
 
 
 def test_hf_trainer_dict_is_progress_without_rate() -> None:
-    found = progress.ProgressParser().parse("{'loss': 1.2345, 'grad_norm': 0.51, 'learning_rate': 1.9e-05, 'epoch': 0.5}")
+    found = progress.ProgressParser().parse(
+        "{'loss': 1.2345, 'grad_norm': 0.51, 'learning_rate': 1.9e-05, 'epoch': 0.5}"
+    )
     assert found is not None
     assert found.rate is None
 
@@ -44,7 +50,7 @@ def test_hf_trainer_dict_is_progress_without_rate() -> None:
         "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0",
         "NCCL INFO Channel 00/02 :    0   1   2   3",
         "stepping into the data loader",
-        "  File \"train.py\", line 88, in step",
+        '  File "train.py", line 88, in step',
         "",
     ],
 )

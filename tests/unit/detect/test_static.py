@@ -8,14 +8,28 @@ from trainguard.detect import catalog, matcher, static, stream
 from trainguard.model import patterns, vocab
 
 SPECS = [
-    patterns.PatternSpec(id="test.watchdog", category=vocab.Category.NCCL_TIMEOUT,
-                         attribution_hint=vocab.Attribution.UNKNOWN, severity=vocab.Severity.ERROR,
-                         regex="Watchdog caught collective operation timeout", extract={"rank": r"\[Rank (\d+)\]"}),
-    patterns.PatternSpec(id="test.oom", category=vocab.Category.OOM_GPU, attribution_hint=vocab.Attribution.APPLICATION,
-                         severity=vocab.Severity.FATAL, regex="CUDA out of memory"),
-    patterns.PatternSpec(id="test.pyexc", category=vocab.Category.PYTHON_EXCEPTION,
-                         attribution_hint=vocab.Attribution.APPLICATION, severity=vocab.Severity.ERROR,
-                         regex=r"(Error|Exception): "),
+    patterns.PatternSpec(
+        id="test.watchdog",
+        category=vocab.Category.NCCL_TIMEOUT,
+        attribution_hint=vocab.Attribution.UNKNOWN,
+        severity=vocab.Severity.ERROR,
+        regex="Watchdog caught collective operation timeout",
+        extract={"rank": r"\[Rank (\d+)\]"},
+    ),
+    patterns.PatternSpec(
+        id="test.oom",
+        category=vocab.Category.OOM_GPU,
+        attribution_hint=vocab.Attribution.APPLICATION,
+        severity=vocab.Severity.FATAL,
+        regex="CUDA out of memory",
+    ),
+    patterns.PatternSpec(
+        id="test.pyexc",
+        category=vocab.Category.PYTHON_EXCEPTION,
+        attribution_hint=vocab.Attribution.APPLICATION,
+        severity=vocab.Severity.ERROR,
+        regex=r"(Error|Exception): ",
+    ),
 ]
 
 
@@ -29,17 +43,27 @@ def lines(*items: str) -> bytes:
 
 
 def test_crash_with_suspects_from_banner() -> None:
-    result = analyze(lines(
-        "[rank3]:node2:100:100 [3] NCCL INFO comm 0x1 rank 3 nranks 4 cudaDev 3 - Init COMPLETE",
-        "[rank3]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
-        "[rank0]:[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5)",
-    ))
+    result = analyze(
+        lines(
+            "[rank3]:node2:100:100 [3] NCCL INFO comm 0x1 rank 3 nranks 4 cudaDev 3 - Init COMPLETE",
+            "[rank3]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+            "[rank0]:[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5)",
+        )
+    )
     assert (result.symptom, result.category, result.attribution) == (
-        vocab.Symptom.CRASH, vocab.Category.OOM_GPU, vocab.Attribution.APPLICATION)
+        vocab.Symptom.CRASH,
+        vocab.Category.OOM_GPU,
+        vocab.Attribution.APPLICATION,
+    )
     assert (result.suspect_nodes, result.suspect_ranks) == (["node2"], [3])
     out = result.to_json(max_evidence=1)
-    assert out["evidence"] == [{"line": 2, "text": "[rank3]:torch.OutOfMemoryError: CUDA out of memory. Tried to "
-                                "allocate 2.00 GiB.", "pattern": "test.oom"}]
+    assert out["evidence"] == [
+        {
+            "line": 2,
+            "text": "[rank3]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+            "pattern": "test.oom",
+        }
+    ]
 
 
 def test_watchdog_only_is_a_hang() -> None:
@@ -66,11 +90,15 @@ def test_straggler_without_timestamps_uses_sample_order() -> None:
 
 
 def test_bad_bytes_ansi_cr_and_huge_line() -> None:
-    data = (b"\x00\xff\xfe\xc3\x28 junk\n"
-            b"\x1b[31m[Rank 2] Watchdog caught\x1b[0m collective operation timeout\n"
-            + b"\r".join(b"%d/10 [00:01<00:09, 1.0it/s]" % i for i in range(10)) + b"\n"
-            + b"y" * (10 * 1024 * 1024) + b"\n"
-            + b"last line without newline")
+    data = (
+        b"\x00\xff\xfe\xc3\x28 junk\n"
+        b"\x1b[31m[Rank 2] Watchdog caught\x1b[0m collective operation timeout\n"
+        + b"\r".join(b"%d/10 [00:01<00:09, 1.0it/s]" % i for i in range(10))
+        + b"\n"
+        + b"y" * (10 * 1024 * 1024)
+        + b"\n"
+        + b"last line without newline"
+    )
     result = analyze(data)
     assert result.lines == 5
     assert (result.symptom, result.suspect_ranks) == (vocab.Symptom.HANG, [])
@@ -87,4 +115,8 @@ def test_read_lines_bounds_memory() -> None:
 def test_empty_file_is_healthy() -> None:
     result = analyze(b"")
     assert (result.symptom, result.category, result.attribution, result.lines) == (
-        vocab.Symptom.HEALTHY, vocab.Category.NONE, vocab.Attribution.NONE, 0)
+        vocab.Symptom.HEALTHY,
+        vocab.Category.NONE,
+        vocab.Attribution.NONE,
+        0,
+    )

@@ -6,28 +6,51 @@ from trainguard.detect import catalog, hosts, matcher, stream
 from trainguard.model import clock, patterns, signals, vocab, workloads
 
 SPECS = [
-    patterns.PatternSpec(id="test.watchdog", category=vocab.Category.NCCL_TIMEOUT,
-                         attribution_hint=vocab.Attribution.UNKNOWN, severity=vocab.Severity.ERROR,
-                         regex="Watchdog caught collective operation timeout", extract={"rank": r"\[Rank (\d+)\]"}),
-    patterns.PatternSpec(id="test.illegal", category=vocab.Category.CUDA_ILLEGAL_MEMORY,
-                         attribution_hint=vocab.Attribution.APPLICATION, severity=vocab.Severity.FATAL,
-                         regex="an illegal memory access was encountered"),
-    patterns.PatternSpec(id="test.xid79", category=vocab.Category.GPU_FALLEN_OFF_BUS,
-                         attribution_hint=vocab.Attribution.HARDWARE, severity=vocab.Severity.FATAL,
-                         regex=r"Xid \(PCI:[0-9a-f:]+\): 79"),
-    patterns.PatternSpec(id="test.pyexc", category=vocab.Category.PYTHON_EXCEPTION,
-                         attribution_hint=vocab.Attribution.APPLICATION, severity=vocab.Severity.ERROR,
-                         regex=r"(Error|Exception): "),
+    patterns.PatternSpec(
+        id="test.watchdog",
+        category=vocab.Category.NCCL_TIMEOUT,
+        attribution_hint=vocab.Attribution.UNKNOWN,
+        severity=vocab.Severity.ERROR,
+        regex="Watchdog caught collective operation timeout",
+        extract={"rank": r"\[Rank (\d+)\]"},
+    ),
+    patterns.PatternSpec(
+        id="test.illegal",
+        category=vocab.Category.CUDA_ILLEGAL_MEMORY,
+        attribution_hint=vocab.Attribution.APPLICATION,
+        severity=vocab.Severity.FATAL,
+        regex="an illegal memory access was encountered",
+    ),
+    patterns.PatternSpec(
+        id="test.xid79",
+        category=vocab.Category.GPU_FALLEN_OFF_BUS,
+        attribution_hint=vocab.Attribution.HARDWARE,
+        severity=vocab.Severity.FATAL,
+        regex=r"Xid \(PCI:[0-9a-f:]+\): 79",
+    ),
+    patterns.PatternSpec(
+        id="test.pyexc",
+        category=vocab.Category.PYTHON_EXCEPTION,
+        attribution_hint=vocab.Attribution.APPLICATION,
+        severity=vocab.Severity.ERROR,
+        regex=r"(Error|Exception): ",
+    ),
 ]
 
 
-def make(settings: stream.DetectionSettings | None = None,
-         rank_map: hosts.RankMap | None = None) -> tuple[stream.WorkloadDetector, clock.ManualClock]:
+def make(
+    settings: stream.DetectionSettings | None = None, rank_map: hosts.RankMap | None = None
+) -> tuple[stream.WorkloadDetector, clock.ManualClock]:
     cat = catalog.Catalog(version="test", patterns=tuple(SPECS))
     now = clock.ManualClock(start=1_700_000_000.0)
-    detector = stream.WorkloadDetector(matcher.build_matcher(cat, engine="python"),
-                                       settings or stream.DetectionSettings(), now,
-                                       workload="slurm/test/42", attempt=0, rank_map=rank_map)
+    detector = stream.WorkloadDetector(
+        matcher.build_matcher(cat, engine="python"),
+        settings or stream.DetectionSettings(),
+        now,
+        workload="slurm/test/42",
+        attempt=0,
+        rank_map=rank_map,
+    )
     return detector, now
 
 
@@ -60,7 +83,10 @@ def test_cascade_is_collected_then_one_crash_naming_the_first_cause() -> None:
     assert len(found) == 1
     anomaly = found[0]
     assert (anomaly.symptom, anomaly.category, anomaly.attribution_hint) == (
-        vocab.Symptom.CRASH, vocab.Category.CUDA_ILLEGAL_MEMORY, vocab.Attribution.APPLICATION)
+        vocab.Symptom.CRASH,
+        vocab.Category.CUDA_ILLEGAL_MEMORY,
+        vocab.Attribution.APPLICATION,
+    )
     assert (anomaly.suspect_nodes, anomaly.suspect_ranks) == (["n2"], [11])
     assert [e.line for e in anomaly.evidence][:1] == [6]
     now.advance(5)
@@ -132,11 +158,13 @@ def test_failed_exit_without_log_evidence_is_a_crash() -> None:
     detector, now = make()
     feed = Feeder(detector, now)
     feed(megatron(1, 1000.0))
-    snapshot = workloads.JobSnapshot(workload="slurm/test/42", job_id="42", state=workloads.JobState.FAILED,
-                                     exit_code=0, exit_signal=9)
+    snapshot = workloads.JobSnapshot(
+        workload="slurm/test/42", job_id="42", state=workloads.JobState.FAILED, exit_code=0, exit_signal=9
+    )
     found = detector.on_exit(snapshot)
     assert [(a.symptom, a.category, a.attribution_hint) for a in found] == [
-        (vocab.Symptom.CRASH, vocab.Category.PROCESS_SIGNAL_KILLED, vocab.Attribution.UNKNOWN)]
+        (vocab.Symptom.CRASH, vocab.Category.PROCESS_SIGNAL_KILLED, vocab.Attribution.UNKNOWN)
+    ]
     assert detector.on_exit(snapshot) == []
     assert detector.tick() == []
 
@@ -149,5 +177,7 @@ def test_exit_concludes_an_open_window_and_completed_is_quiet() -> None:
     found = detector.on_exit(done)
     assert [a.category for a in found] == [vocab.Category.CUDA_ILLEGAL_MEMORY]
     quiet, _ = make()
-    assert quiet.on_exit(workloads.JobSnapshot(workload="w", job_id="2", state=workloads.JobState.COMPLETED,
-                                               exit_code=0)) == []
+    assert (
+        quiet.on_exit(workloads.JobSnapshot(workload="w", job_id="2", state=workloads.JobState.COMPLETED, exit_code=0))
+        == []
+    )

@@ -130,7 +130,8 @@ def test_node_names_are_validated(bad: str) -> None:
 
 def test_argv_lists() -> None:
     assert slurm_cli.argv_job_op("requeuehold", "12_3") == ["scontrol", "requeuehold", "12_3"]
-    assert slurm_cli.argv_exclude("7", ["node1", "node2"]) == ["scontrol", "update", "JobId=7", "ExcNodeList=node1,node2"]
+    assert slurm_cli.argv_exclude("7", ["node1", "node2"]) == [
+        "scontrol", "update", "JobId=7", "ExcNodeList=node1,node2"]
     assert slurm_cli.argv_node_state("node2", "DRAIN", "bad gpu") == [
         "scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=trainguard: bad gpu"]
 

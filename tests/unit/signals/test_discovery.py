@@ -10,7 +10,9 @@ from trainguard.signals import discovery
 S = workloads.JobState
 
 
-def job(job_id: str, state: S = S.RUNNING, attempt: int = 0, nodes: tuple[str, ...] = ("node1",)) -> workloads.JobSnapshot:
+def job(
+    job_id: str, state: S = S.RUNNING, attempt: int = 0, nodes: tuple[str, ...] = ("node1",)
+) -> workloads.JobSnapshot:
     return workloads.JobSnapshot(workload=f"slurm/t/{job_id}", job_id=job_id, state=state, attempt=attempt,
                                  nodes=list(nodes), comment="trainguard")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainguard.model import clock
+from trainguard.model import clock, signals
 from trainguard.signals import tailer
 
 
@@ -13,7 +13,7 @@ def make(path: Path, c: clock.ManualClock, **kw: object) -> tailer.LogTailer:
     return tailer.LogTailer(str(path), c, workload="slurm/t/1", source="stdout", **kw)  # type: ignore[arg-type]
 
 
-def texts(lines: list) -> list[str]:  # type: ignore[type-arg]
+def texts(lines: list[signals.LogLine]) -> list[str]:
     return [x.text for x in lines]
 
 
@@ -137,6 +137,6 @@ async def test_position_restores_after_restart(tmp_path: Path) -> None:
     t2.close()
     other = tailer.TailPosition(str(p), pos.inode, 10**9, 7)  # offset past the end: file changed meanwhile
     t3 = make(p, c, position=other)
-    got = texts(await t3.read_new())
-    assert "changed while we were stopped" in got[0] and got[1:] == ["a", "b", "partial", "c"]
+    fresh = texts(await t3.read_new())
+    assert "changed while we were stopped" in fresh[0] and fresh[1:] == ["a", "b", "partial", "c"]
     t3.close()

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# hack/test.sh: the one command that runs Trainguard's whole test suite, on a fresh Debian
+# machine (as root) or a developer's checkout.
+#
+#   hack/test.sh [PYTEST ARGS...]     e.g.  hack/test.sh -m unit     hack/test.sh -x tests/unit
+#
+# Steps: create .venv if missing (python3 -m venv; installs python3-venv if needed), install
+# the package with its dev extras (again only when pyproject.toml changed), then the gates
+# ruff, mypy and lint-imports (each fails fast with its name), then pytest with the given
+# arguments. The pytest fixtures start the real services the tests need (local Slurm,
+# PostgreSQL) and stop what they started; if pytest dies before its teardown, the trap here
+# stops services that pytest started and no other session still uses.
+#
+# Environment: TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 skip those tiers; TG_KEEP_CLUSTER=1 keeps
+# services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
+# gates (for quick local loops only; CI never sets it).
+set -euo pipefail
+TG_SCRIPT_NAME=test
+# shellcheck source=hack/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+cd "$TG_REPO_ROOT"
+
+VENV=$TG_REPO_ROOT/.venv
+PY=$VENV/bin/python
+
+# ------------------------------------------------------------------ virtualenv
+if [ ! -x "$PY" ]; then
+  command -v python3 >/dev/null || tg_die "python3 is not installed (apt-get install python3)"
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+    tg_die "Python >= 3.11 is needed, python3 is $(python3 -V 2>&1)"
+  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    [ "$(id -u)" = 0 ] || tg_die "python3 has no venv module: apt-get install python3-venv (as root)"
+    tg_apt_install python3-venv
+  fi
+  tg_log "creating $VENV"
+  python3 -m venv "$VENV" || tg_die "python3 -m venv $VENV failed"
+fi
+
+stamp=$VENV/.trainguard-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "${TG_REINSTALL:-0}" = 1 ] || [ ! -s "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] ||
+  [ ! -x "$VENV/bin/pytest" ]; then
+  tg_log "installing trainguard[dev] into $VENV"
+  "$PY" -m pip install -q --disable-pip-version-check -e '.[dev]' || tg_die "pip install -e '.[dev]' failed"
+  echo "$want" > "$stamp"
+fi
+
+# ------------------------------------------------------------------ gates
+gate() {   # gate NAME COMMAND...: run it; on failure say which gate failed and stop
+  local name=$1 rc=0
+  shift
+  tg_log "$name"
+  "$@" || rc=$?
+  [ $rc = 0 ] || tg_die "$name failed (exit $rc): fix the errors above; nothing else was run"
+}
+if [ "${TG_SKIP_LINT:-0}" != 1 ]; then
+  lint_dirs=()
+  for d in operator tests benchmarks; do [ -d "$d" ] && lint_dirs+=("$d"); done
+  gate "ruff check ${lint_dirs[*]}" "$VENV/bin/ruff" check "${lint_dirs[@]}"
+  gate "mypy" "$VENV/bin/mypy"
+  gate "lint-imports" "$VENV/bin/lint-imports"
+fi
+
+# ------------------------------------------------------------------ safety net
+# Services that pytest started carry a marker (tests/support/services.py) and every session
+# holds a lease (a file named by its pid). If pytest was killed before its teardown, stop
+# what it started, unless another live session still uses it.
+cleanup_service() {   # cleanup_service SCRIPT STATE_DIR
+  local script=$1 dir=$2 lease
+  [ -e "$dir/.started-by-pytest" ] || return 0
+  for lease in "$dir"/leases/*; do
+    [ -e "$lease" ] || continue
+    kill -0 "$(basename "$lease")" 2>/dev/null && return 0
+  done
+  tg_log "stopping a service pytest started and left running: $script"
+  "$script" down >/dev/null 2>&1 || tg_log "WARNING: $script down failed"
+}
+on_exit() {
+  [ "${TG_KEEP_CLUSTER:-0}" = 1 ] && return 0
+  cleanup_service hack/local-slurm.sh "${TG_SLURM_DIR:-$TG_REPO_ROOT/.local/slurm}"
+  cleanup_service hack/local-postgres.sh "${TG_PG_DIR:-$TG_REPO_ROOT/.local/postgres}"
+}
+trap on_exit EXIT
+
+# ------------------------------------------------------------------ tests
+tg_log "pytest $*"
+rc=0
+"$VENV/bin/pytest" "$@" || rc=$?
+case $rc in
+  0) tg_log "all tests passed" ;;
+  5) tg_die "pytest collected no tests (arguments: ${*:-none}): a selection that matches nothing is an error" ;;
+  *) tg_die "pytest failed (exit $rc)" ;;
+esac
