@@ -18,6 +18,7 @@ workload runs as its own named task so a slow scheduler call never stalls detect
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import re
@@ -74,6 +75,14 @@ class WorkloadRuntime:
     stronger evidence changes the first cause)."""
     task: asyncio.Task[None] | None = None
     finished_at: float | None = None
+    opt_in_errors: list[str] = field(default_factory=list)
+    last_anomaly: anomalies.Anomaly | None = None
+    last_verdict: verdicts.Verdict | None = None
+    last_advice: advice.Advice | None = None
+    disposition: vocab.Disposition | None = None
+    recent: collections.deque[dict[str, object]] = field(default_factory=lambda: collections.deque(maxlen=20))
+    """The latest audit records of this workload (kind, time, summary), newest last: the view
+    that Kubernetes status and the console show; the audit store stays the durable log."""
 
 
 class Engine:
@@ -100,6 +109,7 @@ class Engine:
         self.executor = executor_mod.Executor(scheduler, store, clock_, blast_limit=self._blast_limit)
         self.discovery = discovery.JobDiscovery(scheduler, clock_)
         self.runtimes: dict[str, WorkloadRuntime] = {}
+        self.mode_overrides: dict[str, vocab.Mode] = {}
         self._matchers: dict[str, matcher_mod.Matcher] = {}
         self._base_matcher = matcher_mod.build_matcher(catalog)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -174,21 +184,54 @@ class Engine:
                 await self._close(rt, "the scheduler no longer knows the job")
         await self._forget_settled()
 
+    def _effective_spec(
+        self, job: workloads.JobSnapshot, opt_in: overrides.OptIn
+    ) -> tuple[policy_model.RecoveryPolicySpec | None, list[str]]:
+        """The policy covering ``job`` with its comment's overrides, the workload's mode override
+        and the cluster-wide Action switch applied; None (and why) when no policy covers it."""
+        policy, why = self.policies.select(opt_in.policy_name, partition=job.partition)
+        if policy is None:
+            return None, [why]
+        spec, errors = overrides.resolve(policy.spec, opt_in)
+        forced = self.mode_overrides.get(job.workload)
+        if forced is not None:
+            spec = spec.model_copy(update={"mode": forced})
+        if not self.settings.allow_action and spec.mode != vocab.Mode.MONITOR:
+            spec = spec.model_copy(update={"mode": vocab.Mode.MONITOR})
+        return spec, errors
+
+    def update_policies(self, policies: loader.PolicySet) -> None:
+        """Swap the policy set (e.g. a RecoveryPolicy changed in Kubernetes); tracked workloads
+        take the new effective policy at once, no restart needed. Their detectors keep running;
+        detection settings apply from the next attempt."""
+        self.policies = policies
+        self._refresh_specs()
+
+    def set_mode_override(self, workload: str, mode: vocab.Mode | None) -> None:
+        """A per-workload mode override (WorkloadRecovery spec); None removes it."""
+        if mode is None:
+            self.mode_overrides.pop(workload, None)
+        else:
+            self.mode_overrides[workload] = mode
+        self._refresh_specs()
+
+    def _refresh_specs(self) -> None:
+        for rt in self.runtimes.values():
+            opt_in = overrides.parse_opt_in(rt.job.comment)
+            if opt_in is None:
+                continue
+            spec, _ = self._effective_spec(rt.job, opt_in)
+            if spec is not None and rt.matcher is None:
+                rt.matcher = self._matcher_for(rt.policy_name, spec)
+            rt.spec = spec
+
     async def _track(self, job: workloads.JobSnapshot) -> None:
         now = self.clock.now()
         opt_in = overrides.parse_opt_in(job.comment)
         if opt_in is None:  # discovery lists only opted-in jobs; never touch anything else
             return
-        policy, why = self.policies.select(opt_in.policy_name, partition=job.partition)
-        errors: list[str] = []
-        spec: policy_model.RecoveryPolicySpec | None = None
         name = opt_in.policy_name or loader.DEFAULT_NAME
-        if policy is None:
-            errors.append(why)
-        else:
-            spec, errors = overrides.resolve(policy.spec, opt_in)
-            if not self.settings.allow_action and spec.mode != vocab.Mode.MONITOR:
-                spec = spec.model_copy(update={"mode": vocab.Mode.MONITOR})
+        spec, errors = self._effective_spec(job, opt_in)
         await self.store.upsert_workload(
             workload=job.workload, scheduler=self.scheduler.name, job_id=job.job_id, at=now, policy=name,
             comment=job.comment[:1024], opt_in_errors=errors, state=job.state.value,
@@ -200,6 +243,7 @@ class Engine:
         rt = WorkloadRuntime(
             workload=job.workload, job=job, policy_name=name, spec=spec, detector=None, tailers=[],
             history=ledger.WorkloadHistory(workload=job.workload), checkpoint_re=checkpoint, matcher=matcher,
+            opt_in_errors=errors,
         )
         self.runtimes[job.workload] = rt
         logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s)", job.workload, job.job_id, job.attempt,
@@ -294,6 +338,8 @@ class Engine:
     async def tail(self) -> None:
         """One tailing round over every tracked workload, then a detector tick each."""
         for rt in list(self.runtimes.values()):
+            if rt.detector is None and rt.spec is not None and not rt.job.state.finished:
+                self._new_detector(rt, rt.job)  # a policy now covers it (e.g. a RecoveryPolicy appeared)
             await self._drain(rt)
             if rt.detector is not None:
                 for anomaly in rt.detector.tick():
@@ -331,10 +377,12 @@ class Engine:
         attempt = rt.detector.attempt
         now = self.clock.now()
         await self.store.record_anomaly(workload=rt.workload, attempt=attempt, anomaly=anomaly, at=now)
-        await self._notify(vocab.AuditKind.ANOMALY, rt.workload, anomaly.model_dump(mode="json"))
+        rt.last_anomaly = anomaly
+        await self._notify(rt, vocab.AuditKind.ANOMALY, anomaly.model_dump(mode="json"))
         verdict = await self._attribute(rt, anomaly, attempt, now)
         await self.store.record_verdict(workload=rt.workload, attempt=attempt, verdict=verdict, at=self.clock.now())
-        await self._notify(vocab.AuditKind.VERDICT, rt.workload, verdict.model_dump(mode="json"))
+        rt.last_verdict = verdict
+        await self._notify(rt, vocab.AuditKind.VERDICT, verdict.model_dump(mode="json"))
         rt.history = ledger.record_anomaly(rt.history, attempt, verdict.category, verdict.attribution)
 
         earlier = rt.advised.get(attempt)
@@ -354,18 +402,20 @@ class Engine:
         )
         rt.history = ledger.record_advice(rt.history, attempt, generation, item.action, item.exclude_nodes)
         rt.advised[attempt] = verdict.attribution.value
-        if item.action == vocab.AdviceAction.NONE:
-            await self.store.record_advice(item, at=self.clock.now())
-            await self._notify(vocab.AuditKind.ADVICE, rt.workload, item.model_dump(mode="json"))
-            return
         await self.store.record_advice(item, at=self.clock.now())  # durable before anything is done
-        await self._notify(vocab.AuditKind.ADVICE, rt.workload, item.model_dump(mode="json"))
+        rt.last_advice = item
+        rt.disposition = vocab.Disposition.PENDING
+        await self._notify(rt, vocab.AuditKind.ADVICE, item.model_dump(mode="json"))
+        if item.action == vocab.AdviceAction.NONE:
+            rt.disposition = vocab.Disposition.CONVERGED
+            return
         rt.task = self._spawn(self._carry_out(rt, item), f"recover:{rt.workload}:{attempt}:{generation}")
 
     async def _carry_out(self, rt: WorkloadRuntime, item: advice.Advice) -> None:
         disposition = await self.executor.reconcile(item)
-        await self._notify(vocab.AuditKind.OUTCOME, rt.workload,
-                           {"generation": item.generation, "disposition": disposition.value})
+        rt.disposition = disposition
+        outcome = {"generation": item.generation, "disposition": disposition.value}
+        await self._notify(rt, vocab.AuditKind.OUTCOME, outcome)
         logger.info("%s attempt %d generation %d: %s -> %s", item.workload, item.attempt, item.generation,
                     item.action.value, disposition.value)
 
@@ -421,12 +471,13 @@ class Engine:
         """Watchdog: give up on advice past its deadline, releasing any hold of ours."""
         await self.executor.watchdog.sweep()
 
-    async def _notify(self, kind: str, workload: str, payload: dict[str, object]) -> None:
+    async def _notify(self, rt: WorkloadRuntime, kind: str, payload: dict[str, object]) -> None:
+        rt.recent.append({"kind": kind, "at": self.clock.now(), "payload": payload})
         for listener in self.listeners:
             try:
-                await listener(kind, workload, payload)
+                await listener(kind, rt.workload, payload)
             except Exception:
-                logger.exception("listener failed on %s %s", kind, workload)
+                logger.exception("listener failed on %s %s", kind, rt.workload)
 
 
 _STRENGTH = {
