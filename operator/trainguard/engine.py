@@ -414,7 +414,7 @@ class Engine:
     async def _carry_out(self, rt: WorkloadRuntime, item: advice.Advice) -> None:
         disposition = await self.executor.reconcile(item)
         rt.disposition = disposition
-        outcome = {"generation": item.generation, "disposition": disposition.value}
+        outcome: dict[str, object] = {"generation": item.generation, "disposition": disposition.value}
         await self._notify(rt, vocab.AuditKind.OUTCOME, outcome)
         logger.info("%s attempt %d generation %d: %s -> %s", item.workload, item.attempt, item.generation,
                     item.action.value, disposition.value)
