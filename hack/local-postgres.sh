@@ -26,6 +26,7 @@ PORT=${TG_PG_PORT:-15432}
 ENV_FILE=$PG_DIR/env
 [[ "$PORT" =~ ^[0-9]+$ ]] || tg_die "TG_PG_PORT must be a number, got '$PORT'"
 
+# shellcheck disable=SC2012  # the paths are Debian's /usr/lib/postgresql/<major>/bin
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 
 # fd 9 is our lock (tg_lock): the server must not inherit it
@@ -151,7 +152,7 @@ case "$cmd" in
     tg_lock
     cmd_up ;;
   down)
-    [ $# -le 1 ] && { [ $# = 0 ] || [ "$1" = --wipe ]; } || tg_die "usage: $0 down [--wipe]"
+    if [ $# -gt 1 ] || { [ $# = 1 ] && [ "$1" != --wipe ]; }; then tg_die "usage: $0 down [--wipe]"; fi
     tg_lock
     cmd_down "$@" ;;
   status) cmd_status ;;

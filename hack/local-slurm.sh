@@ -54,11 +54,14 @@ ctld_ok() { [ -f "$CONF" ] && timeout 10 scontrol ping 2>/dev/null | grep -q 'is
 
 # Every daemon we start carries our slurm.conf (or munge socket) path on its command line,
 # so leftovers whose pid file is gone are still found, and only ours are.
+# slurmctld's helper (cmdline ": slurmscriptd") is found by the SLURM_CONF we export to it.
 our_daemon_pids() {
   local p cmd
   for p in /proc/[0-9]*; do
     cmd=$(tr '\0' '\n' 2>/dev/null < "$p/cmdline") || continue
     if grep -qxF -e "$CONF" -e "--socket=$B/run/munge.socket" <<<"$cmd"; then
+      echo "${p#/proc/}"
+    elif [[ "$cmd" == *slurmscriptd* ]] && tr '\0' '\n' 2>/dev/null < "$p/environ" | grep -qxF "SLURM_CONF=$CONF"; then
       echo "${p#/proc/}"
     fi
   done
@@ -75,8 +78,6 @@ our_job_pids() {
     grep -qxF "SLURM_CONF=$CONF" <<<"$env" && grep -q '^SLURM_JOB_ID=' <<<"$env" && echo "$pid"
   done
 }
-
-daemon_logs() { ls "$B"/log/*.log 2>/dev/null || true; }
 
 # ------------------------------------------------------------------ down
 stop_cluster() {
@@ -284,8 +285,9 @@ newest_api_version() {   # newest_api_version JWT -> e.g. v0.0.38 (22.05), v0.0.
 
 cmd_up() {
   tg_need_root
-  [[ "$NODES" =~ ^[0-9]+$ ]] && [ "$NODES" -ge 1 ] && [ "$NODES" -le 64 ] ||
+  if ! [[ "$NODES" =~ ^[0-9]+$ ]] || [ "$NODES" -lt 1 ] || [ "$NODES" -gt 64 ]; then
     tg_die "node count must be 1..64, got '$NODES'"
+  fi
   tg_apt_install slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin curl
   local ver
   ver=$(slurmd -V | awk '{print $2}')
@@ -360,6 +362,7 @@ cmd_status() {
     fi
   done
   if ctld_ok; then
+    echo "cluster: $B (Slurm $(sed -n 's/^export SLURM_VERSION=//p' "$ENV_FILE" 2>/dev/null)), env file $ENV_FILE"
     timeout 10 sinfo -N -o '%N %P %T %E' || ok=1
   else
     echo "slurmctld does not answer (SLURM_CONF=$CONF)"

@@ -15,7 +15,7 @@
 # services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it).
 set -euo pipefail
-TG_SCRIPT_NAME=test
+TG_SCRIPT_NAME="test"
 # shellcheck source=hack/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 cd "$TG_REPO_ROOT"

@@ -7,7 +7,8 @@
 # apt-get that never starts system daemons, pid-file bookkeeping, and atomic writes of
 # the env files that tests and developers `source`.
 
-# Repository root: hack/lib/.. /..
+# Repository root (hack/lib/../..), used by the scripts that source this file.
+# shellcheck disable=SC2034
 TG_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TG_SCRIPT_NAME=${TG_SCRIPT_NAME:-$(basename "$0" .sh)}
 

@@ -19,13 +19,14 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 from pydantic.alias_generators import to_camel
 
 from trainguard.k8s import condition
 from trainguard.model import actions, vocab
 from trainguard.policy import model as policy_model
 
+API_VERSION: Final = "trainguard.dev/v1alpha1"
 KIND: Final = "WorkloadRecovery"
 PLURAL: Final = "workloadrecoveries"
 
@@ -123,11 +124,14 @@ ID_PATTERNS: Final[Mapping[WorkloadKind, tuple[str, str]]] = {
 """Kind -> (regex of ``workload.id``, message). Checked by pydantic and, as CEL, by the apiserver."""
 
 
-def _id_rules() -> list[dict[str, str]]:
-    return [
+def _id_rules() -> list[JsonValue]:
+    """CEL rules of ``workload``: the id fits its kind (from ``ID_PATTERNS``), and it never changes."""
+    rules: list[JsonValue] = [
         {"rule": f"self.kind != '{kind}' || self.id.matches('{pattern}')", "message": message}
         for kind, (pattern, message) in ID_PATTERNS.items()
-    ] + [{"rule": "self == oldSelf", "message": "workload is immutable: create a new WorkloadRecovery"}]
+    ]
+    rules.append({"rule": "self == oldSelf", "message": "workload is immutable: create a new WorkloadRecovery"})
+    return rules
 
 
 class _Section(BaseModel):
@@ -283,7 +287,7 @@ class WorkloadRecovery(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    api_version: Literal["trainguard.dev/v1alpha1"] = Field(default=policy_model.API_VERSION, alias="apiVersion")
+    api_version: Literal["trainguard.dev/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
     kind: Literal["WorkloadRecovery"] = KIND
     metadata: Metadata
     spec: WorkloadRecoverySpec

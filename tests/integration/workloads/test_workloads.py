@@ -72,17 +72,20 @@ class Workloads:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def wait_output(self, job_id: str, pattern: str, timeout: float = JOB_TIMEOUT) -> re.Match[str]:
-        """Wait until the job's output matches ``pattern`` (multiline regex); fail with the output."""
+        """Wait until the job's output matches ``pattern`` (multiline regex); fail with the output.
+
+        Fails early when the job has ended without printing it.
+        """
         regex = re.compile(pattern, re.MULTILINE)
         deadline = time.monotonic() + timeout
         while True:
             match = regex.search(self.output(job_id))
             if match is not None:
                 return match
-            if time.monotonic() >= deadline:
-                state = self.cluster.show(job_id).get("JobState")
+            state = self.cluster.show(job_id).get("JobState")
+            if time.monotonic() >= deadline or (state in FINAL_STATES and regex.search(self.output(job_id)) is None):
                 output = self.output(job_id)
-                raise AssertionError(f"job {job_id} ({state}): no {pattern!r} after {timeout:.0f} s in:\n{output}")
+                raise AssertionError(f"job {job_id} ({state}): no {pattern!r} (waited <= {timeout:.0f} s):\n{output}")
             time.sleep(0.5)
 
     def wait_final(self, job_id: str, timeout: float = JOB_TIMEOUT) -> dict[str, str]:
