@@ -126,6 +126,7 @@ cmd_build() {
       tg_die "go build failed" "$log"
     fi
     cached_ok "$tmp" || { rm -rf "$tmp"; tg_die "the built binaries do not report $K8S_VERSION / etcd $ETCD_VERSION" "$log"; }
+    mkdir -p "${CACHE_BIN%/*}"
     rm -rf "$CACHE_BIN"
     mv "$tmp" "$CACHE_BIN"
     tg_log "built in $(($(date +%s) - start)) s: $(du -sh "$CACHE_BIN" | cut -f1) in $CACHE_BIN"
@@ -141,29 +142,41 @@ cmd_build() {
 # Regenerate the scratch module for another release: require k8s.io/kubernetes at VERSION
 # and replace every staging module (which k8s requires at the unpublished v0.0.0) with its
 # published v0.X.Y; etcd server at the version k8s.io/apiserver itself requires.
+# mod_file MODULE@VERSION: path of its go.mod in the module cache (downloaded if needed).
+mod_file() {
+  go mod download -json "$1" 2>/dev/null | python3 -c '
+import json, sys
+info = json.load(sys.stdin)
+if not info.get("GoMod"):
+    sys.exit("go mod download: " + info.get("Error", "no go.mod"))
+print(info["GoMod"])'
+}
+
 cmd_pin() {
   local k8s=${1:-} stg gomod m etcd
   [[ "$k8s" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || tg_die "pin needs a release version like v1.36.3, got '${k8s}'"
   need_go
   stg=v0.${k8s#v1.}
   export GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false -p=2"
-  cd "$MOD_DIR"
-  rm -f go.mod go.sum
+  # Work in a scratch directory: the committed go.mod/go.sum change only when all went well.
+  PIN_WORK=$(mktemp -d)
+  trap 'rm -rf "$PIN_WORK"' EXIT
+  cd "$PIN_WORK"
   go mod init trainguard.invalid/kubebins 2>/dev/null
-  gomod=$(go mod download -json "k8s.io/kubernetes@$k8s" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])') || tg_die "cannot download k8s.io/kubernetes@$k8s"
+  gomod=$(mod_file "k8s.io/kubernetes@$k8s") || tg_die "cannot download k8s.io/kubernetes@$k8s"
   go mod edit -go="$(sed -n 's/^go //p' "$gomod")"
   if grep -q '^godebug default=' "$gomod"; then go mod edit -godebug="$(sed -n 's/^godebug //p' "$gomod")"; fi
   for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/src/.*#\1#p' "$gomod"); do
     go mod edit -replace="$m=$m@$stg"
   done
-  etcd=$(go mod download -json "k8s.io/apiserver@$stg" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])' |
-    xargs sed -n 's#^[[:space:]]*go.etcd.io/etcd/server/v3 \(v[^ ]*\).*#\1#p')
+  gomod=$(mod_file "k8s.io/apiserver@$stg") || tg_die "cannot download k8s.io/apiserver@$stg"
+  etcd=$(sed -n 's#^[[:space:]]*go.etcd.io/etcd/server/v3 \(v[^ ]*\).*#\1#p' "$gomod")
   [ -n "$etcd" ] || tg_die "cannot find the etcd server version k8s.io/apiserver@$stg requires"
   nice -n 10 go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$k8s" "k8s.io/kubernetes/cmd/kubectl@$k8s" \
-    "go.etcd.io/etcd/server/v3@$etcd"
-  nice -n 10 go mod tidy
+    "go.etcd.io/etcd/server/v3@$etcd" || tg_die "go get failed for Kubernetes $k8s"
+  nice -n 10 go mod tidy || tg_die "go mod tidy failed for Kubernetes $k8s"
+  mkdir -p "$MOD_DIR"
+  cp go.mod go.sum "$MOD_DIR/"
   tg_log "pinned Kubernetes $k8s (staging $stg), etcd $etcd in $MOD_DIR; now run: $0 build"
 }
 
@@ -251,7 +264,18 @@ start() {
   shift 3
   setsid "$@" </dev/null >>"$log" 2>&1 9>&- &
   echo $! > "$pidfile"
+  STARTED+=("$pidfile")
   tg_log "started $name (pid $!, log $log)"
+}
+
+# A failed `up` stops what it started itself, so no half-started daemon is left behind.
+STARTED=()
+UP_DONE=0
+stop_started_on_failure() {
+  if [ "$UP_DONE" = 0 ] && [ ${#STARTED[@]} -gt 0 ]; then
+    tg_log "start-up failed: stopping what this run started"
+    tg_stop_pidfiles "${STARTED[@]}"
+  fi
 }
 
 wait_for() {   # wait_for WHAT PIDFILE LOG CHECK...: until CHECK succeeds or the process dies
@@ -281,10 +305,21 @@ cmd_up() {
   cmd_build
   make_pki
 
-  if ! ours "$ETCD_PID" etcd; then
-    rm -f "$ETCD_PID"
+  local need_etcd=0 need_api=0
+  ours "$ETCD_PID" etcd || need_etcd=1
+  ours "$API_PID" kube-apiserver || need_api=1
+  # All ports checked before anything starts.
+  if [ $need_etcd = 1 ]; then
     port_busy "$ETCD_PORT" && tg_die "port $ETCD_PORT (TG_ETCD_PORT) is taken by another process"
     port_busy "$ETCD_PEER_PORT" && tg_die "port $ETCD_PEER_PORT (TG_ETCD_PEER_PORT) is taken by another process"
+  fi
+  if [ $need_api = 1 ]; then
+    port_busy "$API_PORT" && tg_die "port $API_PORT (TG_KUBE_API_PORT) is taken by another process"
+  fi
+  trap stop_started_on_failure EXIT
+
+  if [ $need_etcd = 1 ]; then
+    rm -f "$ETCD_PID"
     # --unsafe-no-fsync: throw-away test data, and fsync on a shared disk makes etcd slow.
     start etcd "$ETCD_PID" "$LOGS/etcd.log" "$BIN/etcd" --name default --data-dir "$KUBE_DIR/etcd" \
       --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -295,9 +330,8 @@ cmd_up() {
   fi
   wait_for etcd "$ETCD_PID" "$LOGS/etcd.log" etcd_healthy
 
-  if ! ours "$API_PID" kube-apiserver; then
+  if [ $need_api = 1 ]; then
     rm -f "$API_PID"
-    port_busy "$API_PORT" && tg_die "port $API_PORT (TG_KUBE_API_PORT) is taken by another process"
     # Flags after controller-runtime's envtest, with RBAC instead of AlwaysAllow, a static
     # admin token, and ServiceAccount signing keys so `kubectl create token` works.
     # ServiceAccount admission is off: no controller creates the `default` ServiceAccount.
@@ -314,6 +348,7 @@ cmd_up() {
   fi
   wait_for kube-apiserver "$API_PID" "$LOGS/kube-apiserver.log" api_ready
   write_kubeconfig
+  UP_DONE=1
   tg_log "ready at $SERVER; export KUBECONFIG=$KUBECONFIG_FILE; kubectl is $BIN/kubectl"
 }
 
@@ -338,7 +373,7 @@ cmd_down() {
       rm -f "$f"
     fi
   done
-  rm -f "$KUBECONFIG_FILE"
+  rm -f "$KUBECONFIG_FILE" "$KUBE_DIR/.started-by-pytest"   # marker: tests/support/services.py
   if [ $wipe = 1 ]; then
     rm -rf "$KUBE_DIR/etcd" "$PKI" "$LOGS"
     tg_log "wiped etcd data, keys and logs in $KUBE_DIR"

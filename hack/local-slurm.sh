@@ -96,9 +96,11 @@ stop_cluster() {
   fi
   # each daemon takes ~2 s (slurmctld ~5 s) to exit after SIGTERM: stop them together
   tg_stop_pidfiles "$B"/run/slurmrestd.pid "$B"/run/slurmd-*.pid "$B/run/slurmctld.pid"
+  # step daemons left behind (e.g. their slurmd was killed): only ours, by their cwd ($B/log)
   local p
-  for p in $(pgrep -x slurmstepd 2>/dev/null); do
-    case "$(readlink "/proc/$p/cwd" 2>/dev/null)" in "$B"/*) kill -9 "$p" 2>/dev/null || true ;; esac
+  for p in /proc/[0-9]*; do
+    [ "$(cat "$p/comm" 2>/dev/null)" = slurmstepd ] || continue
+    case "$(readlink "$p/cwd" 2>/dev/null)" in "$B"/*) kill -9 "${p#/proc/}" 2>/dev/null || true ;; esac
   done
   for p in $(our_job_pids); do kill -9 "$p" 2>/dev/null || true; done
   tg_stop_pidfiles "$B/run/munged.pid"

@@ -70,8 +70,6 @@ replace k8s.io/sample-controller => k8s.io/sample-controller v0.36.3
 
 replace k8s.io/streaming => k8s.io/streaming v0.36.3
 
-replace k8s.io/kubernetes => k8s.io/kubernetes v1.36.3
-
 tool (
 	go.etcd.io/etcd/server/v3
 	k8s.io/kubernetes/cmd/kube-apiserver

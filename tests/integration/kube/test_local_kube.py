@@ -20,10 +20,9 @@ from base64 import b64decode
 from pathlib import Path
 
 import pytest
+from tests.support import kube
 
-from support import kube
-
-pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.timeout(kube.UP_TIMEOUT_S)]
+pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.timeout(kube.BUILD_TIMEOUT_S)]
 
 CRD_GROUP = "localkube-test.trainguard.dev"
 CRD = f"""

@@ -1,0 +1,437 @@
+"""The kopf operator shell: ``trainguard operator`` runs the engine inside a Kubernetes operator.
+
+Place in the loop: the outermost shell, beside ``cli/run.py`` (standalone). It wires the same engine
+(scheduler adapter, audit store, policies, catalog) and adds the Kubernetes surface:
+
+- RecoveryPolicy objects are watched (``on.event``: no finalizers, no annotations written on them),
+  validated by ``k8s/policies.py``, and the accepted ones hot-swapped into the engine; each gets an
+  Accepted/Invalid condition with observedGeneration;
+- one WorkloadRecovery per discovered opted-in Slurm job is created, its status kept as a projection
+  of the engine (``k8s/status.py``) by a reconcile loop (level-triggered, every
+  ``status_interval_s`` and at once after each audit record), and garbage-collected
+  ``retention_s`` after the engine stopped tracking the job;
+- ``spec.overrides.mode: Monitor`` on a WorkloadRecovery forces Monitor for that workload;
+- Events for anomalies, verdicts, advice and outcomes (``k8s/events.py``).
+
+The cluster-wide Action switch (``allow_action``) sits on top of every policy's mode. One instance
+acts: the engine runs only in ``--standalone`` mode (one replica, Recreate strategy, see
+docs/operator.md). The audit store stays the durable log; status and Events are the view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import functools
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+import kopf
+
+from trainguard import engine as engine_mod
+from trainguard import settings as settings_mod
+from trainguard.detect import catalog as catalog_mod
+from trainguard.k8s import api as api_mod
+from trainguard.k8s import events, policies, recovery, status
+from trainguard.model import clock, vocab
+from trainguard.policy import loader
+from trainguard.schedulers import base, factory
+from trainguard.store import audit, database
+
+logger = logging.getLogger("trainguard.operator")
+
+GROUP: Final = "trainguard.dev"
+VERSION: Final = "v1alpha1"
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Everything ``trainguard operator`` was started with (one explicit object, house style 4)."""
+
+    scheduler: str
+    """Scheduler spec, as for ``trainguard run`` (slurm-local | slurm-ssh://... | slurm-rest://...)."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces whose RecoveryPolicy/WorkloadRecovery objects are served; empty with clusterwide."""
+    clusterwide: bool = False
+    workload_namespace: str = "default"
+    """Where WorkloadRecovery objects of Slurm jobs are created (the operator's own namespace)."""
+    allow_action: bool = False
+    """Cluster-wide Action switch; off: every policy behaves as Monitor."""
+    db_url: str = database.DEFAULT_DB_URL
+    standalone: bool = True
+    liveness_endpoint: str | None = None
+    poll_s: float = settings_mod.EngineSettings.discovery_interval_s
+    status_interval_s: float = 2.0
+    """Seconds between two reconcile rounds of WorkloadRecovery objects (each round lists them once)."""
+    retention_s: float = 3600.0
+    """How long a WorkloadRecovery stays after the engine stopped tracking its job, so the outcome
+    stays visible (``kubectl get recoveries``) before it is garbage-collected."""
+    jwt: str | None = None
+    rest_fallback: str = "slurm-local"
+    patterns_files: tuple[Path, ...] = ()
+
+
+@dataclass
+class Shell:
+    """The running operator's state, captured by the handlers (no module globals)."""
+
+    config: OperatorConfig
+    api: api_mod.Api | None = None
+    engine: engine_mod.Engine | None = None
+    scheduler: base.Scheduler | None = None
+    store: audit.AuditStore | None = None
+    book: policies.PolicyBook = field(default_factory=policies.PolicyBook)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    untracked_since: dict[str, float] = field(default_factory=dict)
+    stats: status.SyncStats = field(default_factory=status.SyncStats)
+    clock: clock.Clock = field(default_factory=clock.SystemClock)
+
+    def now(self) -> datetime.datetime:
+        return datetime.datetime.fromtimestamp(self.clock.now(), tz=datetime.UTC)
+
+    # -------------------------------------------------------------- policies
+
+    def policies_changed(self) -> None:
+        """Rebuild the PolicySet from the accepted objects and hand it to the engine."""
+        if self.engine is not None:
+            self.engine.update_policies(self.book.policy_set())
+        self.wake.set()
+
+    def override_mode(self, body: dict[str, Any], deleted: bool) -> None:
+        """``spec.overrides.mode: Monitor`` on a WorkloadRecovery forces Monitor for its workload.
+        Action never raises authority (k8s/recovery.py), so it clears the override."""
+        workload = ((body.get("metadata") or {}).get("annotations") or {}).get(status.WORKLOAD_ANNOTATION)
+        if self.engine is None or not workload:
+            return
+        mode = ((body.get("spec") or {}).get("overrides") or {}).get("mode")
+        wanted = vocab.Mode.MONITOR if mode == vocab.Mode.MONITOR and not deleted else None
+        if self.engine.mode_overrides.get(workload) != wanted:
+            self.engine.set_mode_override(workload, wanted)
+            logger.info("%s: mode override %s", workload, wanted or "cleared")
+            self.wake.set()
+
+    # -------------------------------------------------------------- engine records -> status + Events
+
+    async def on_record(self, kind: str, workload: str, payload: dict[str, object]) -> None:
+        """Engine listener: bring the WorkloadRecovery up to date, then post the Event."""
+        if self.engine is None or self.api is None:
+            return
+        rt = self.engine.runtimes.get(workload)
+        if rt is None:
+            return
+        try:
+            obj = await self._ensure(rt)
+        except (api_mod.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            logger.warning("%s: cannot update its WorkloadRecovery: %s", workload, exc)
+            return
+        draft = events.draft_for(kind, payload)
+        if draft is None or obj is None:
+            return
+        metadata = obj.get("metadata") or {}
+        ref = events.ObjectRef(api_mod.WORKLOAD_RECOVERIES.api_version, recovery.KIND, str(metadata.get("name")),
+                               self.config.workload_namespace, metadata.get("uid"))
+        await events.post(self.api, ref, draft, self.now())
+
+    async def _ensure(self, rt: engine_mod.WorkloadRuntime, observed: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Create the workload's WorkloadRecovery if missing; sync its status; return the object."""
+        assert self.api is not None
+        view = status.view_of(rt)
+        namespace = self.config.workload_namespace
+        name = status.object_name(view.workload)
+        async with self.lock:
+            obj = observed
+            if obj is None:
+                try:
+                    obj = await self.api.get(api_mod.WORKLOAD_RECOVERIES, name, namespace)
+                except api_mod.ApiError as exc:
+                    if exc.status != 404:
+                        raise
+            if obj is None:
+                try:
+                    obj = await self.api.create(
+                        api_mod.WORKLOAD_RECOVERIES, status.desired_object(view, namespace), namespace
+                    )
+                    logger.info("created WorkloadRecovery %s/%s for %s", namespace, name, view.workload)
+                except api_mod.ApiError as exc:
+                    if exc.status != 409:  # AlreadyExists: someone (a retry of ours) was first
+                        raise
+                    obj = await self.api.get(api_mod.WORKLOAD_RECOVERIES, name, namespace)
+            await status.sync_status(self.api, namespace, name, view, now=self.now(), observed=obj, stats=self.stats)
+            self.untracked_since.pop(name, None)
+            return obj
+
+    # -------------------------------------------------------------- the reconcile loop
+
+    async def reconcile(self) -> None:
+        """One round: every tracked workload has an up-to-date WorkloadRecovery; the ones no longer
+        tracked are deleted after the retention; every policy's status is current."""
+        if self.engine is None or self.api is None:
+            return
+        namespace = self.config.workload_namespace
+        existing = status.names_of(
+            await self.api.list(api_mod.WORKLOAD_RECOVERIES, namespace,
+                                label_selector=f"{status.MANAGED_BY_LABEL}={status.MANAGED_BY}")
+        )
+        tracked: set[str] = set()
+        for rt in list(self.engine.runtimes.values()):
+            try:
+                name = status.object_name(rt.workload)
+            except ValueError:
+                continue  # not a Slurm workload; Kubernetes workloads report on their own objects
+            tracked.add(name)
+            try:
+                await self._ensure(rt, dict(existing[name]) if name in existing else None)
+            except api_mod.ApiError as exc:
+                logger.warning("WorkloadRecovery %s: %s", name, exc)
+        now = self.clock.now()
+        for name in set(existing) - tracked:
+            since = self.untracked_since.setdefault(name, now)
+            if now - since < self.config.retention_s:
+                continue
+            try:
+                await self.api.delete(api_mod.WORKLOAD_RECOVERIES, name, namespace)
+                logger.info("deleted WorkloadRecovery %s/%s: job no longer tracked", namespace, name)
+            except api_mod.ApiError as exc:
+                if exc.status != 404:
+                    logger.warning("cannot delete WorkloadRecovery %s/%s: %s", namespace, name, exc)
+                    continue
+            self.untracked_since.pop(name, None)
+        await self._policy_statuses()
+
+    async def _policy_statuses(self) -> None:
+        assert self.api is not None and self.engine is not None
+        verdicts = self.book.verdicts()
+        covered: dict[str, int] = {}
+        for rt in self.engine.runtimes.values():
+            if rt.spec is not None:
+                covered[rt.policy_name] = covered.get(rt.policy_name, 0) + 1
+        for key, entry in list(self.book.entries.items()):
+            previous = policies.parse_status(entry.status)
+            name = entry.policy.name if entry.policy is not None else ""
+            desired = policies.status_of(entry, verdicts[key], covered.get(name, 0), previous, self.now())
+            if desired == previous:
+                continue
+            body = {"metadata": {"resourceVersion": entry.resource_version},
+                    "status": desired.model_dump(mode="json", by_alias=True)}
+            try:
+                answer = await self.api.patch(api_mod.RECOVERY_POLICIES, key[1], body, key[0], subresource="status")
+            except api_mod.ApiError as exc:
+                # 409: the object changed since we read it; its watch event brings the new version.
+                logger.info("RecoveryPolicy %s/%s status not written: %s", key[0], key[1], exc)
+                continue
+            if self.book.entries.get(key) is entry:
+                self.book.put(policies.read(answer))
+            if previous is None or previous.observed_generation != desired.observed_generation:
+                accepted, _, message = verdicts[key]
+                draft = events.Draft(events.NORMAL if accepted else events.WARNING,
+                                     events.POLICY_ACCEPTED if accepted else events.POLICY_INVALID, message)
+                ref = events.ObjectRef(api_mod.RECOVERY_POLICIES.api_version, "RecoveryPolicy", key[1], key[0],
+                                       (answer.get("metadata") or {}).get("uid"))
+                await events.post(self.api, ref, draft, self.now())
+
+    async def reconcile_forever(self) -> None:
+        """Reconcile every ``status_interval_s``, and at once when woken (policy change, new record)."""
+        while not self.stop.is_set():
+            self.wake.clear()
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The API or the network hiccuped: the next round recomputes everything.
+                logger.exception("reconcile round failed; retrying in %.1f s", self.config.status_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=self.config.status_interval_s)
+
+    # -------------------------------------------------------------- start and stop
+
+    async def start(self, settings: kopf.OperatorSettings) -> None:
+        """Open the scheduler, store and API client, load the policies, start the engine."""
+        config = self.config
+        self.api = api_mod.Api(api_mod.Credentials.from_connection_info(login(settings)))
+        catalog = catalog_mod.load_catalog(extra_files=list(config.patterns_files))
+        fallback = None
+        if config.scheduler.startswith("slurm-rest:") and config.rest_fallback != "none":
+            fallback = factory.open_scheduler(config.rest_fallback, env=dict(os.environ))
+        self.scheduler = factory.open_scheduler(config.scheduler, env=dict(os.environ), jwt=config.jwt,
+                                                fallback=fallback)
+        engine_settings = settings_mod.EngineSettings(discovery_interval_s=config.poll_s,
+                                                      allow_action=config.allow_action)
+        context = audit.AuditContext(policy_version="kubernetes", catalog_version=catalog.version,
+                                     settings_fingerprint=engine_settings.fingerprint())
+        self.store = await database.open_store(config.db_url, context=context)
+        # Policies first, so a job failing in the first seconds is already covered.
+        for namespace in config.namespaces or (None,):
+            for body in await _patiently(functools.partial(self._list_policies, namespace)):
+                self.book.put(policies.read(body))
+        self.engine = engine_mod.Engine(
+            self.scheduler, self.store, self.book.policy_set(), catalog, clock_=self.clock,
+            settings=engine_settings, listeners=[self.on_record],
+        )
+        self.tasks = [
+            _spawn(self.engine.run(self.stop), "engine"),
+            _spawn(self.reconcile_forever(), "workloadrecovery-reconcile"),
+        ]
+        logger.info("trainguard operator: scheduler %s, audit %s, action switch %s, policies %s, recoveries in %s",
+                    config.scheduler, database.safe_url(config.db_url), "ON" if config.allow_action else "off",
+                    self.book.policy_set().names(), config.workload_namespace)
+
+    async def _list_policies(self, namespace: str | None) -> list[dict[str, Any]]:
+        assert self.api is not None
+        return await self.api.list(api_mod.RECOVERY_POLICIES, namespace)
+
+    async def close(self) -> None:
+        """Stop the engine (in-flight recoveries finish) and close everything; safe to call twice."""
+        self.stop.set()
+        self.wake.set()
+        tasks, self.tasks = self.tasks, []
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        scheduler, store, api = self.scheduler, self.store, self.api
+        self.scheduler = self.store = self.api = None
+        if scheduler is not None:
+            await scheduler.close()
+        if store is not None:
+            await store.close()
+        if api is not None:
+            await api.close()
+
+
+STARTUP_PATIENCE_S: Final = 60.0
+"""How long start-up waits out a throttling or (re)initializing API server (429/5xx) before failing,
+e.g. right after the CRDs were applied."""
+
+
+async def _patiently(call: Callable[[], Awaitable[list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    delay, waited = 0.5, 0.0
+    while True:
+        try:
+            return await call()
+        except api_mod.ApiError as exc:
+            if not exc.retryable or waited >= STARTUP_PATIENCE_S:
+                raise
+            logger.info("API not ready (%s); retrying in %.1f s", exc, delay)
+        await asyncio.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, 5.0)
+
+
+def login(settings: kopf.OperatorSettings) -> Any:
+    """The same credentials kopf uses: the kubeconfig ($KUBECONFIG) if any, else the pod's
+    ServiceAccount. A ``kopf.ConnectionInfo``."""
+    info = kopf.login_with_kubeconfig(settings=settings) or kopf.login_with_service_account(settings=settings)
+    if info is None:
+        raise kopf.LoginError("no credentials: set KUBECONFIG or run in a pod with a ServiceAccount token")
+    return info
+
+
+def _spawn(coro: Awaitable[None], name: str) -> asyncio.Task[None]:
+    task: asyncio.Task[None] = asyncio.ensure_future(coro)
+    task.set_name(name)
+    task.add_done_callback(_log_failure)
+    return task
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("task %s failed", task.get_name(), exc_info=task.exception())
+
+
+def build_registry(shell: Shell) -> kopf.OperatorRegistry:
+    """The handlers, registered on a registry of their own (no module-level decorators)."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def _login(settings: kopf.OperatorSettings, **_: Any) -> Any:
+        return login(settings)
+
+    @kopf.on.cleanup(registry=registry)
+    async def _cleanup(**_: Any) -> None:
+        await shell.close()
+
+    @kopf.on.event(GROUP, VERSION, "recoverypolicies", registry=registry)
+    async def _policy(*, type: str, body: kopf.Body, **_: Any) -> None:
+        # on.event: no finalizer and no progress annotations are ever written on the object.
+        entry = policies.read(dict(body))
+        if type == "DELETED":
+            shell.book.remove(entry.key)
+            logger.info("RecoveryPolicy %s/%s deleted", *entry.key)
+        else:
+            old = shell.book.entries.get(entry.key)
+            shell.book.put(entry)
+            if old is not None and old.generation == entry.generation and old.error == entry.error:
+                return  # only our own status write came back
+            if entry.error:
+                logger.warning("RecoveryPolicy %s/%s is invalid: %s", *entry.key, entry.error)
+            else:
+                logger.info("RecoveryPolicy %s/%s generation %s accepted", *entry.key, entry.generation)
+        shell.policies_changed()
+
+    @kopf.on.event(GROUP, VERSION, "workloadrecoveries", registry=registry)
+    async def _recovery(*, type: str, body: kopf.Body, **_: Any) -> None:
+        shell.override_mode(dict(body), deleted=type == "DELETED")
+
+    return registry
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf settings of the operator."""
+    settings.posting.enabled = False  # our own Events only (k8s/events.py), not kopf's log lines
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+
+
+class StartupError(Exception):
+    """A configuration or connection problem found before the operator starts; one line to report."""
+
+
+async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
+              ready_flag: asyncio.Event | None = None) -> None:
+    """Run the operator until ``stop_flag`` is set or SIGINT/SIGTERM. Everything that can be wrong
+    with the configuration (scheduler spec, database, catalog, credentials, CRDs not installed) is
+    checked before kopf starts, and raised as StartupError."""
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    shell = Shell(config)
+    try:
+        try:
+            await shell.start(settings)
+        except (kopf.LoginError, database.StoreError, catalog_mod.CatalogError, loader.PolicyError, ValueError,
+                OSError, aiohttp.ClientError) as exc:
+            raise StartupError(str(exc)) from exc
+        except api_mod.ApiError as exc:
+            raise StartupError(f"cannot list RecoveryPolicy objects ({exc}); are the CRDs in crds/ applied and "
+                               "the RBAC in manifests/ bound to this identity?") from exc
+        await kopf.operator(
+            registry=build_registry(shell),
+            settings=settings,
+            standalone=config.standalone,
+            clusterwide=config.clusterwide,
+            namespaces=list(config.namespaces),
+            liveness_endpoint=config.liveness_endpoint,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        await shell.close()
+
+
+def main(config: OperatorConfig) -> int:
+    """Entry point of ``trainguard operator`` (``cli/operator.py`` parses the flags)."""
+    try:
+        asyncio.run(run(config))
+    except StartupError as exc:
+        print(f"trainguard operator: {exc}", file=sys.stderr)
+        return 2
+    return 0

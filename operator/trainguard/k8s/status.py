@@ -1,0 +1,405 @@
+"""WorkloadRecovery objects as a projection of the engine's state: computed, compared, patched on change.
+
+Place in the loop: the reporting step. The engine keeps a ``WorkloadRuntime`` per watched workload
+(job snapshot, effective policy, last anomaly/verdict/advice, disposition, recent records); this
+module turns one into the ``WorkloadRecovery`` a user sees with ``kubectl get recoveries``:
+
+- ``view_of`` copies what the projection needs out of the runtime (a frozen value, so the pure
+  part is tested without an engine);
+- ``project`` computes the status from a view and the status currently stored (to keep condition
+  transition times and respect the phase transition guard of ``k8s/recovery.py``);
+- ``sync_status`` reads the object, compares, and patches ``/status`` only when it differs, with
+  the resourceVersion it read: a concurrent writer makes the server answer 409 Conflict, and the
+  write is recomputed from a fresh read (house style 7: status under conflict retry).
+
+The audit store is the durable log; status is the view, rebuilt from the engine at any time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from trainguard import engine as engine_mod
+from trainguard.k8s import api as api_mod
+from trainguard.k8s import condition, recovery
+from trainguard.model import vocab, workloads
+
+logger = logging.getLogger(__name__)
+
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "trainguard"
+WORKLOAD_ANNOTATION: Final = "trainguard.dev/workload"
+"""The engine's workload id (``slurm/<cluster>/<job id>``) on each WorkloadRecovery we create."""
+CONFLICT_RETRIES: Final = 5
+"""Re-reads after a 409 before giving up until the next round; conflicts come from a concurrent
+writer (a person, kubectl, another controller) and settle in one or two rounds."""
+
+# Condition reasons (CamelCase constants, house style 9).
+POLICY_FOUND: Final = "PolicyFound"
+"""PolicyResolved=True: a RecoveryPolicy covers the workload."""
+POLICY_NOT_FOUND: Final = "PolicyNotFound"
+"""PolicyResolved=False: no Accepted policy covers it; advice is not produced."""
+ANOMALY_OPEN: Final = "AnomalyOpen"
+"""Degraded=True: an anomaly is open on the current attempt."""
+NO_ANOMALY: Final = "NoAnomaly"
+"""Degraded=False: nothing open on the current attempt."""
+RECOVERY_IN_PROGRESS: Final = "RecoveryInProgress"
+"""Converged=False: the current advice generation is being carried out."""
+ADVICE_RECORDED: Final = "AdviceRecorded"
+"""Converged=True: Monitor mode; the advice was recorded, nothing done."""
+DESIRED_STATE_REACHED: Final = "DesiredStateReached"
+"""Converged=True: the scheduler reached the advised state (verified)."""
+ABANDONED: Final = "Abandoned"
+"""Converged=False: the watchdog gave up; the workload follows the scheduler's default behaviour."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One of the engine's recent records (``WorkloadRuntime.recent``)."""
+
+    kind: str
+    at: float
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """What the projection reads of one workload, copied out of the engine at one instant."""
+
+    workload: str
+    job: workloads.JobSnapshot
+    policy_name: str
+    mode: vocab.Mode | None
+    """Effective mode; None when no policy covers the workload."""
+    opt_in_errors: tuple[str, ...] = ()
+    detector_attempt: int = -1
+    recovering: bool = False
+    """An advice generation is being carried out right now."""
+    disposition: vocab.Disposition | None = None
+    records: tuple[Record, ...] = field(default_factory=tuple)
+
+
+def view_of(rt: engine_mod.WorkloadRuntime) -> WorkloadView:
+    """A frozen copy of what ``project`` needs from an engine runtime."""
+    return WorkloadView(
+        workload=rt.workload,
+        job=rt.job,
+        policy_name=rt.policy_name,
+        mode=rt.spec.mode if rt.spec is not None else None,
+        opt_in_errors=tuple(rt.opt_in_errors),
+        detector_attempt=rt.detector_attempt,
+        recovering=rt.task is not None and not rt.task.done(),
+        disposition=rt.disposition,
+        records=tuple(Record(str(r["kind"]), _seconds(r.get("at")), _mapping(r.get("payload"))) for r in rt.recent),
+    )
+
+
+# ---------------------------------------------------------------------------- naming
+
+
+def split_workload(workload: str) -> tuple[str, str]:
+    """(cluster, job id) of a ``slurm/<cluster>/<job id>`` workload id; ValueError otherwise."""
+    parts = workload.split("/")
+    if len(parts) != 3 or parts[0] != "slurm" or not parts[2]:
+        raise ValueError(f"not a Slurm workload id: {workload!r}")
+    return parts[1], parts[2]
+
+
+def object_name(workload: str) -> str:
+    """The WorkloadRecovery name of a workload: ``slurm-<cluster>-<job id>`` as a DNS-1123 name."""
+    cluster, job_id = split_workload(workload)
+    cluster = re.sub(r"[^a-z0-9-]+", "-", cluster.lower()).strip("-")[:60] or "default"
+    return f"slurm-{cluster}-{job_id.replace('_', '-')}"
+
+
+def desired_object(view: WorkloadView, namespace: str) -> dict[str, Any]:
+    """The WorkloadRecovery to create for a newly tracked workload (status comes separately)."""
+    cluster, job_id = split_workload(view.workload)
+    spec = recovery.WorkloadRecoverySpec(
+        workload=recovery.WorkloadRef(kind=recovery.WorkloadKind.SLURM_JOB, cluster=cluster, id=job_id),
+        policy=view.policy_name,
+    )
+    return {
+        "apiVersion": api_mod.WORKLOAD_RECOVERIES.api_version,
+        "kind": recovery.KIND,
+        "metadata": {
+            "name": object_name(view.workload),
+            "namespace": namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+            "annotations": {WORKLOAD_ANNOTATION: view.workload},
+        },
+        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+
+
+# ---------------------------------------------------------------------------- projection
+
+
+def _time(seconds: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+
+
+def _anomalies(view: WorkloadView) -> list[recovery.AnomalySummary]:
+    """Anomalies in ``records``, newest first, each with the verdict and attempt recorded after it."""
+    found: list[recovery.AnomalySummary] = []
+    records = view.records
+    for index, record in enumerate(records):
+        if record.kind != vocab.AuditKind.ANOMALY:
+            continue
+        later = records[index + 1 :]
+        verdict = next((r.payload for r in later if r.kind == vocab.AuditKind.VERDICT), {})
+        advised = next((r.payload for r in later if r.kind == vocab.AuditKind.ADVICE), None)
+        attempt = advised.get("attempt") if advised is not None else None
+        if not isinstance(attempt, int):
+            attempt = max(view.detector_attempt, view.job.attempt, 0)
+        evidence = record.payload.get("evidence") or []
+        pattern = evidence[0].get("pattern") if evidence and isinstance(evidence[0], Mapping) else None
+        try:
+            found.append(
+                recovery.AnomalySummary(
+                    time=_time(record.at),
+                    attempt=attempt + 1,
+                    symptom=vocab.Symptom(record.payload.get("symptom", vocab.Symptom.CRASH)),
+                    category=vocab.Category(record.payload.get("category", vocab.Category.NONE)),
+                    verdict=vocab.Attribution(verdict.get("attribution", vocab.Attribution.UNKNOWN)),
+                    nodes=list(verdict.get("suspect_nodes") or record.payload.get("suspect_nodes") or [])[
+                        : recovery.MAX_NODES
+                    ],
+                    pattern=str(pattern)[:253] if pattern else None,
+                )
+            )
+        except (ValueError, ValidationError) as exc:
+            logger.warning("%s: anomaly record not shown in status: %s", view.workload, exc)
+    found.reverse()
+    return found[: recovery.MAX_RECENT]
+
+
+def _advice(view: WorkloadView) -> tuple[recovery.AdviceSummary | None, int | None]:
+    """The latest advice and the attempt it is for."""
+    latest = next((r for r in reversed(view.records) if r.kind == vocab.AuditKind.ADVICE), None)
+    if latest is None:
+        return None, None
+    payload = latest.payload
+    deadline = payload.get("deadline")
+    summary = recovery.AdviceSummary(
+        action=vocab.AdviceAction(payload.get("action", vocab.AdviceAction.NONE)),
+        generation=int(payload.get("generation", 1)),
+        mode=vocab.Mode(payload.get("mode", vocab.Mode.MONITOR)),
+        disposition=view.disposition or vocab.Disposition.PENDING,
+        exclude_nodes=list(payload.get("exclude_nodes") or [])[: recovery.MAX_NODES],
+        reasons=[str(reason)[: recovery.MAX_TEXT] for reason in payload.get("reasons") or []][: recovery.MAX_REASONS],
+        deadline=_time(float(deadline)) if isinstance(deadline, int | float) else None,
+    )
+    attempt = payload.get("attempt")
+    return summary, attempt if isinstance(attempt, int) else None
+
+
+def _restarts(view: WorkloadView) -> int:
+    """Requeues carried out on our advice, as far as the recent records show."""
+    requeued: set[int] = set()
+    advised: dict[int, Mapping[str, Any]] = {}
+    for record in view.records:
+        generation = record.payload.get("generation")
+        if not isinstance(generation, int):
+            continue
+        if record.kind == vocab.AuditKind.ADVICE:
+            advised[generation] = record.payload
+        elif record.kind == vocab.AuditKind.OUTCOME and (
+            record.payload.get("disposition") == vocab.Disposition.CONVERGED
+        ):
+            item = advised.get(generation)
+            if item is not None and item.get("action") == vocab.AdviceAction.REQUEUE and (
+                item.get("mode") == vocab.Mode.ACTION
+            ):
+                requeued.add(generation)
+    return len(requeued)
+
+
+def phase_of(view: WorkloadView, anomaly_open: bool) -> recovery.Phase:
+    """The phase the scheduler state and the engine's recovery state show."""
+    state = view.job.state
+    if state == workloads.JobState.COMPLETED:
+        return recovery.Phase.SUCCEEDED
+    if state == workloads.JobState.CANCELLED:
+        return recovery.Phase.STOPPED
+    if view.recovering:
+        return recovery.Phase.RECOVERING
+    if view.job.held:
+        return recovery.Phase.HELD
+    if state.finished:
+        return recovery.Phase.FAILED
+    return recovery.Phase.DEGRADED if anomaly_open else recovery.Phase.RUNNING
+
+
+def _condition(  # noqa: PLR0917 -- one positional call shape keeps the condition table readable
+    previous: Mapping[str, condition.Condition],
+    type_: str,
+    status: condition.ConditionStatus,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: datetime.datetime,
+) -> condition.Condition:
+    """A condition that keeps its lastTransitionTime while its status does not change."""
+    before = previous.get(type_)
+    since = before.last_transition_time if before is not None and before.status == status else now
+    return condition.Condition(
+        type=type_, status=status, reason=reason, message=message[:1024], observed_generation=generation,
+        last_transition_time=since,
+    )
+
+
+def project(
+    view: WorkloadView,
+    previous: recovery.WorkloadRecoveryStatus | None,
+    *,
+    generation: int | None,
+    now: datetime.datetime,
+) -> recovery.WorkloadRecoveryStatus:
+    """The status ``view`` should have, given the ``previous`` one stored (None: none yet)."""
+    anomalies = _anomalies(view)
+    advice, advice_attempt = _advice(view)
+    current_attempt = view.job.attempt + 1
+    latest = anomalies[0] if anomalies else None
+    anomaly_open = (
+        latest is not None
+        and latest.attempt == current_attempt
+        and not view.job.state.finished
+        and not (advice is not None and advice_attempt == view.job.attempt and advice.action != vocab.AdviceAction.NONE
+                 and advice.disposition == vocab.Disposition.CONVERGED)
+    )
+    target = phase_of(view, anomaly_open)
+    old_phase = previous.phase if previous is not None else None
+    if not recovery.allowed(old_phase, target):
+        logger.warning("%s: phase %s -> %s not allowed; keeping %s", view.workload, old_phase, target, old_phase)
+        target = old_phase if old_phase is not None else target
+
+    before = {c.type: c for c in (previous.conditions if previous is not None else [])}
+    T, F = condition.ConditionStatus.TRUE, condition.ConditionStatus.FALSE
+    conditions = [
+        _condition(before, condition.POLICY_RESOLVED, T, POLICY_FOUND,
+                   f"policy {view.policy_name!r} in {view.mode} mode", generation, now)
+        if view.mode is not None
+        else _condition(before, condition.POLICY_RESOLVED, F, POLICY_NOT_FOUND,
+                        "; ".join(view.opt_in_errors) or f"no Accepted RecoveryPolicy named {view.policy_name!r}",
+                        generation, now),
+        _condition(before, condition.DEGRADED, T, ANOMALY_OPEN,
+                   f"{latest.symptom}: {latest.category} ({latest.verdict})", generation, now)
+        if anomaly_open and latest is not None
+        else _condition(before, condition.DEGRADED, F, NO_ANOMALY, "no open anomaly on the current attempt",
+                        generation, now),
+    ]
+    if advice is not None:
+        disposition = advice.disposition
+        if disposition == vocab.Disposition.PENDING:
+            converged = (F, RECOVERY_IN_PROGRESS, f"{advice.action} generation {advice.generation} under way")
+        elif disposition == vocab.Disposition.ABANDONED:
+            converged = (F, ABANDONED, f"{advice.action} generation {advice.generation} abandoned")
+        elif disposition == vocab.Disposition.MONITORED:
+            converged = (T, ADVICE_RECORDED, f"{advice.action} generation {advice.generation} recorded (Monitor)")
+        else:
+            converged = (T, DESIRED_STATE_REACHED, f"{advice.action} generation {advice.generation} verified")
+        conditions.append(_condition(before, condition.CONVERGED, *converged, generation, now))
+
+    previous_restarts = previous.restarts if previous is not None else 0
+    return recovery.WorkloadRecoveryStatus(
+        observed_generation=generation,
+        phase=target,
+        attempt=current_attempt,
+        restarts=max(previous_restarts, _restarts(view)),
+        excluded_nodes=list(dict.fromkeys(view.job.excluded_nodes))[: recovery.MAX_NODES],
+        last_anomaly=latest,
+        advice=advice,
+        recent_anomalies=anomalies,
+        recent_actions=list(previous.recent_actions) if previous is not None else [],
+        conditions=conditions,
+    )
+
+
+def parse_status(raw: Any) -> recovery.WorkloadRecoveryStatus | None:
+    """The stored status, or None when absent or not ours to read (then it is rewritten)."""
+    if not isinstance(raw, Mapping) or not raw:
+        return None
+    try:
+        return recovery.WorkloadRecoveryStatus.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def status_body(status: recovery.WorkloadRecoveryStatus) -> dict[str, Any]:
+    """The status as JSON for a merge patch: ``null`` for cleared fields, so they are removed."""
+    body: dict[str, Any] = status.model_dump(mode="json", by_alias=True)
+    return body
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+@dataclass
+class SyncStats:
+    """Counters of one status writer (for logs, metrics and tests)."""
+
+    patches: int = 0
+    unchanged: int = 0
+    conflicts: int = 0
+
+
+async def sync_status(
+    api: api_mod.Api,
+    namespace: str,
+    name: str,
+    view: WorkloadView,
+    *,
+    now: datetime.datetime,
+    observed: Mapping[str, Any] | None = None,
+    stats: SyncStats | None = None,
+) -> bool:
+    """Patch the status of ``namespace/name`` to the projection of ``view`` if it differs.
+
+    ``observed`` is an object already read (e.g. by a list); its resourceVersion guards the write.
+    Returns True when a patch was written. ApiError 404 propagates (the object is gone).
+    """
+    stats = stats if stats is not None else SyncStats()
+    current = dict(observed) if observed is not None else await api.get(api_mod.WORKLOAD_RECOVERIES, name, namespace)
+    for _ in range(CONFLICT_RETRIES + 1):
+        metadata = current.get("metadata") or {}
+        previous = parse_status(current.get("status"))
+        generation = metadata.get("generation")
+        desired = project(view, previous, generation=generation if isinstance(generation, int) else None, now=now)
+        if previous == desired:
+            stats.unchanged += 1
+            return False
+        body = {"metadata": {"resourceVersion": metadata.get("resourceVersion")}, "status": status_body(desired)}
+        try:
+            await api.patch(api_mod.WORKLOAD_RECOVERIES, name, body, namespace, subresource="status")
+        except api_mod.ApiError as exc:
+            if exc.status != 409:
+                raise
+            stats.conflicts += 1
+            logger.info("%s/%s: status conflict (%s); re-reading", namespace, name, exc.message)
+            current = await api.get(api_mod.WORKLOAD_RECOVERIES, name, namespace)
+            continue
+        stats.patches += 1
+        return True
+    logger.warning("%s/%s: status still conflicting after %d re-reads; next round", namespace, name, CONFLICT_RETRIES)
+    return False
+
+
+def _seconds(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def names_of(items: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Objects by metadata.name."""
+    return {str((item.get("metadata") or {}).get("name")): item for item in items}
