@@ -6,7 +6,7 @@
 # 1. creates .venv if missing and installs trainguard with the training workload ('.[workloads]');
 # 2. brings up the local Slurm cluster (hack/local-slurm.sh up), or reuses a running one;
 # 3. starts `trainguard run --scheduler slurm-local --mode action` (built-in default policy,
-#    SQLite audit log in .local/demo/audit.db, log in .local/demo/trainguard.log);
+#    SQLite audit log and runner log in .local/demo/<time>-<pid>/, linked as .local/demo/latest);
 # 4. submits a real PyTorch training job on N nodes (default 3) that opts in with
 #    `#SBATCH --comment=trainguard` and whose rank 1 dies with a GPU hardware error (Xid 79);
 # 5. follows the audit log live: detection -> verdict -> advice -> requeue-hold, exclude the
@@ -16,7 +16,7 @@
 # Exit 0 when the job completed after exactly one requeue without the failing node; 1 with
 # the reason otherwise. Always stops trainguard and cancels the demo job if it is still
 # active; stops the cluster if this script started it, unless --keep (then everything stays up:
-# `source .local/slurm/env`, `.venv/bin/trainguard audit --db sqlite:///.local/demo/audit.db`).
+# `source .local/slurm/env`, `.venv/bin/trainguard audit --db sqlite:///.local/demo/latest/audit.db`).
 #
 # Environment: TG_SLURM_DIR and the other hack/local-slurm.sh settings; TG_DEMO_TIMEOUT (s, 300).
 set -euo pipefail
@@ -50,7 +50,9 @@ VENV=$TG_REPO_ROOT/.venv
 PY=$VENV/bin/python
 TG=$VENV/bin/trainguard
 SLURM_DIR=${TG_SLURM_DIR:-$TG_REPO_ROOT/.local/slurm}
-DEMO=$TG_REPO_ROOT/.local/demo
+# A directory per run: Slurm numbers jobs from 1 again on a fresh cluster, and the job appends
+# to its output file and resumes from its checkpoint, so a reused directory would mix two runs.
+DEMO=$TG_REPO_ROOT/.local/demo/$(date +%Y%m%d-%H%M%S)-$$
 DB_URL="sqlite:///$DEMO/audit.db"
 
 bold() { if [ -t 1 ]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' "$*"; fi; }
@@ -119,6 +121,7 @@ CLUSTER=$(scontrol show config | sed -n 's/^ClusterName *= *//p')
 
 # ------------------------------------------------------------------ 3. trainguard run
 mkdir -p "$DEMO/jobs"
+ln -sfn "$DEMO" "$TG_REPO_ROOT/.local/demo/latest"
 bold "== trainguard run --scheduler slurm-local --mode action --db $DB_URL"
 "$TG" run --scheduler slurm-local --mode action --db "$DB_URL" >"$DEMO/trainguard.log" 2>&1 &
 TG_PID=$!

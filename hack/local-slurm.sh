@@ -265,9 +265,6 @@ start_slurmrestd() {
     specs=openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36
   fi
   if ! tg_alive "$B/run/slurmrestd.pid"; then
-    # slurmrestd refuses root; it runs as nobody, which must be able to read slurm.conf
-    runuser -u nobody -- test -r "$CONF" 2>/dev/null ||
-      tg_die "user nobody cannot read $CONF: put TG_SLURM_DIR under a world-traversable path (e.g. /tmp)"
     (cd / && SLURM_JWT=daemon exec setsid slurmrestd -f "$CONF" -a rest_auth/jwt -s "$specs" \
       -u nobody -g nogroup "127.0.0.1:$REST_PORT") </dev/null >>"$B/log/slurmrestd.log" 2>&1 9>&- &
     echo $! > "$B/run/slurmrestd.pid"
@@ -315,6 +312,10 @@ cmd_up() {
     # pid files of nodes beyond the new count must not linger
     rm -f "$B"/run/slurmd-*.pid
   fi
+
+  # slurmrestd refuses root; it runs as nobody, which must be able to read slurm.conf
+  runuser -u nobody -- test -r "$CONF" 2>/dev/null ||
+    tg_die "user nobody cannot read $CONF: put TG_SLURM_DIR under a world-traversable path (e.g. /tmp)"
 
   start_munged
   start_slurmctld

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.e2e import harness
 from tests.support.slurm import SlurmCluster
 

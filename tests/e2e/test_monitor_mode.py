@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.e2e import harness
 from tests.e2e.conftest import StartTrainguard
 from tests.support.slurm import SlurmCluster, expand_hostlist
@@ -30,7 +31,8 @@ def test_monitor_mode_records_the_advice_and_changes_nothing_in_slurm(
     runner, policy = start_trainguard("monitor", "monitor")
     workdir = e2e_dir / "jobs"
     job_id = harness.submit(slurm_cluster, workdir, job_name="e2e-monitor", nodes=2, steps=100, step_time=0.1,
-                            log_every=5, fault="xid", fault_rank=1, fault_step=15, comment=f"trainguard policy={policy}")
+                            log_every=5, fault="xid", fault_rank=1, fault_step=15,
+                            comment=f"trainguard policy={policy}")
     try:
         before = harness.wait_job(slurm_cluster, job_id, lambda j: j.get("JobState") == "RUNNING", timeout=JOB_TIMEOUT,
                                   what="RUNNING", runner=runner, workdir=workdir)

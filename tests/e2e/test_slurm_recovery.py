@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.e2e import harness
 from tests.e2e.conftest import StartTrainguard
 from tests.support.slurm import SlurmCluster, expand_hostlist
@@ -182,11 +183,12 @@ def test_hang_in_a_collective_is_detected_and_the_stuck_attempt_requeued(batch: 
 
 def test_kill_9_of_a_rank_is_detected_and_the_job_requeued(batch: Batch) -> None:
     batch.kill_thread.join(timeout=harness.START_TIMEOUT * 3)
-    assert batch.kill.error == "" and batch.kill.pid is not None, batch.kill.error or batch.why("kill9")
+    killed_at = batch.kill.killed_at
+    assert batch.kill.error == "" and killed_at is not None, batch.kill.error or batch.why("kill9")
     _job, records = _recovered_by_requeue(batch, "kill9")
     anomaly = harness.of_kind(records, "anomaly", 0)[0]["payload"]
     assert anomaly["symptom"] == "crash", anomaly
-    assert anomaly["first_seen_at"] >= batch.kill.killed_at - 1.0, "detected from lines written after the kill"
+    assert anomaly["first_seen_at"] >= killed_at - 1.0, "detected from lines written after the kill"
     assert jobs.RESUMED_RE.search(batch.output("kill9")) is not None
 
 
