@@ -8,10 +8,10 @@
 # the package with its dev extras (again only when pyproject.toml changed), then the gates
 # ruff, mypy and lint-imports (each fails fast with its name), then pytest with the given
 # arguments. The pytest fixtures start the real services the tests need (local Slurm,
-# PostgreSQL) and stop what they started; if pytest dies before its teardown, the trap here
+# PostgreSQL, Kubernetes API) and stop what they started; if pytest dies before its teardown, the trap here
 # stops services that pytest started and no other session still uses.
 #
-# Environment: TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 skip those tiers; TG_KEEP_CLUSTER=1 keeps
+# Environment: TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_KUBE=1 skip those tiers; TG_KEEP_CLUSTER=1 keeps
 # services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it).
 set -euo pipefail
@@ -79,6 +79,9 @@ on_exit() {
   [ "${TG_KEEP_CLUSTER:-0}" = 1 ] && return 0
   cleanup_service hack/local-slurm.sh "${TG_SLURM_DIR:-$TG_REPO_ROOT/.local/slurm}"
   cleanup_service hack/local-postgres.sh "${TG_PG_DIR:-$TG_REPO_ROOT/.local/postgres}"
+  if [ -x hack/local-kube.sh ]; then
+    cleanup_service hack/local-kube.sh "${TG_KUBE_DIR:-$TG_REPO_ROOT/.local/kube}"
+  fi
 }
 trap on_exit EXIT
 

@@ -1,8 +1,9 @@
 """Root conftest: registers the service fixtures and the skip switches for service tiers.
 
 Tests that need the real local Slurm cluster are marked ``slurm``, those that need the local
-PostgreSQL ``postgres``. They run by default (the fixtures start the services); set
-``TG_SKIP_SLURM=1`` or ``TG_SKIP_POSTGRES=1`` to skip them on a machine that cannot run them.
+PostgreSQL ``postgres``, those that need the local Kubernetes API ``kube``. They run by default
+(the fixtures start the services); set ``TG_SKIP_SLURM=1``, ``TG_SKIP_POSTGRES=1`` or
+``TG_SKIP_KUBE=1`` to skip them on a machine that cannot run them.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.support.slurm", "tests.support.postgres"]
+pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube"]
 
-SKIP_SWITCHES = {"slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES"}
+SKIP_SWITCHES = {"slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE"}
 """Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""
 
 

@@ -459,7 +459,18 @@ class Engine:
             return None
         now = self.clock.now()
         rows = await self.store.actions_by_operation(list(actions.Operation), since=now - blast_radius.WINDOW_S)
-        recent = [(r.created_at, r.operation.value) for r in rows if r.status == actions.ActionStatus.DONE]
+        # One operation per carried-out advice generation (a requeue with exclusions is three scheduler
+        # calls but one recovery), plus one per drained node, as blast_radius.planned_operations counts.
+        recent: list[tuple[float, str]] = []
+        seen: set[tuple[str, int, int]] = set()
+        for r in rows:
+            if r.status != actions.ActionStatus.DONE:
+                continue
+            if r.operation == actions.Operation.DRAIN_NODE:
+                recent.append((r.created_at, r.operation.value))
+            elif (r.workload, r.attempt, r.generation) not in seen:
+                seen.add((r.workload, r.attempt, r.generation))
+                recent.append((r.created_at, r.operation.value))
         nodes = await self.scheduler.list_nodes()
         ours = sum(1 for n in nodes if n.drained and n.reason.startswith(base.OUR_REASON_PREFIX))
         return blast_radius.check(

@@ -2,7 +2,8 @@
 
 ``start_trainguard(mode, name)`` (module scope) starts the runner with a temporary SQLite audit
 database and an Action-mode policy private to this session (``harness.isolated_policy``: only
-jobs that name it are covered, so other people's jobs on a shared cluster are never acted on),
+jobs that name it are covered, so other people's jobs on a shared cluster are never acted on;
+defaults otherwise, except lemon-node memory, see ``harness.NO_LEMONS``),
 and stops every runner it started at the end of the module: SIGTERM, then SIGKILL after a
 timeout. The runner's log stays in the module's temporary directory and is printed when a test
 of the module failed.
@@ -24,11 +25,13 @@ StartTrainguard = Callable[[str, str], tuple[harness.Trainguard, str]]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The Slurm scenarios run the PyTorch workload: skip them (only them) when torch is missing."""
     if importlib.util.find_spec("torch") is not None:
         return
     skip = pytest.mark.skip(reason="torch is not installed: pip install -e '.[workloads]'")
+    here = Path(__file__).parent
     for item in items:
-        if "tests/e2e/" in str(item.path):
+        if item.path.parent == here:
             item.add_marker(skip)
 
 
@@ -46,7 +49,7 @@ def start_trainguard(slurm_cluster: SlurmCluster, e2e_dir: Path,
     def start(mode: str, name: str) -> tuple[harness.Trainguard, str]:
         directory = e2e_dir / f"trainguard-{name}"
         directory.mkdir(parents=True, exist_ok=True)
-        policy, policy_name = harness.isolated_policy(directory)
+        policy, policy_name = harness.isolated_policy(directory, spec=harness.NO_LEMONS)
         runner = harness.Trainguard(slurm_cluster, directory, mode=mode, policy=policy)
         runners.append(runner)
         runner.start()

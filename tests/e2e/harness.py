@@ -62,17 +62,26 @@ def parse_time(text: str) -> float:
     return datetime.datetime.fromisoformat(text).timestamp()
 
 
-def isolated_policy(directory: Path, *, mode: str = "Action") -> tuple[Path, str]:
-    """Write a RecoveryPolicy named uniquely for this session; returns (file, name)."""
+def isolated_policy(directory: Path, *, mode: str = "Action", spec: str = "") -> tuple[Path, str]:
+    """Write a RecoveryPolicy named uniquely for this session; returns (file, name).
+
+    ``spec`` is extra YAML under ``spec:``, indented two spaces (see ``NO_LEMONS``).
+    """
     name = f"e2e-{secrets.token_hex(4)}"
     path = directory / f"{name}.yaml"
     path.write_text(
         "apiVersion: trainguard.dev/v1alpha1\n"
         "kind: RecoveryPolicy\n"
         f"metadata:\n  name: {name}\n"
-        f"spec:\n  mode: {mode}\n"
+        f"spec:\n  mode: {mode}\n{spec}"
     )
     return path, name
+
+
+NO_LEMONS = "  exclusion:\n    lemonNodeThreshold: 1000\n"
+"""Policy YAML that keeps lemon-node memory out of the way: the scenarios of one session keep
+failing rank 1, often on the same node, and lemon memory would then (rightly) exclude that node
+from unrelated recoveries, making a scenario's expected exclusions depend on the others' timing."""
 
 
 class Trainguard:

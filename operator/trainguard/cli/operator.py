@@ -53,7 +53,8 @@ def add_parser(sub: Any) -> None:
     single.add_argument("--standalone", action="store_true", default=True,
                         help="one instance, no peering (the default; deploy one replica with strategy Recreate)")
     single.add_argument("--peering", metavar="NAME", default=None,
-                        help="kopf peering for several replicas: not supported yet (see docs/operator.md)")
+                        help="several replicas, one active: act only while holding the coordination.k8s.io Lease "
+                        "NAME in the workload namespace (needs RBAC on leases, see docs/operator.md)")
     parser.add_argument("--liveness", metavar="URL", default=None,
                         help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument("--poll", type=float, default=settings_mod.EngineSettings.discovery_interval_s,
@@ -68,6 +69,9 @@ def add_parser(sub: Any) -> None:
                         help="CLI transport for what slurmrestd cannot do, e.g. requeue (default: slurm-local)")
     parser.add_argument("--patterns-file", type=Path, action="append", default=[], metavar="FILE",
                         help="extra catalog patterns (YAML, catalog schema); repeatable")
+    parser.add_argument("--slinky-namespace", default=None, metavar="NS",
+                        help="namespace of a Slinky cluster's slurmd pods: lemon nodes of Action-mode advice are "
+                        "cordoned in Kubernetes (policy must allow cordonNode); needs manifests/slinky")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(func=run)
 
@@ -86,10 +90,8 @@ def _actions_enabled(flag: bool | None) -> bool:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    if args.peering:
-        print("trainguard operator: --peering is not supported yet; run one replica with --standalone "
-              "(see docs/operator.md)", file=sys.stderr)
-        return 2
+    if args.log_level == "INFO":
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handler call otherwise
     for flag, value in (("--poll", args.poll), ("--status-interval", args.status_interval),
                         ("--retention", args.retention)):
         if value <= 0:
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         workload_namespace=args.workload_namespace or (namespaces[0] if namespaces else own),
         allow_action=allow_action,
         db_url=args.db,
-        standalone=True,
+        peering=args.peering,
         liveness_endpoint=args.liveness,
         poll_s=args.poll,
         status_interval_s=args.status_interval,
@@ -120,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         jwt=args.jwt,
         rest_fallback=args.rest_fallback,
         patterns_files=tuple(args.patterns_file),
+        slinky_namespace=args.slinky_namespace,
     )
     code: int = operator.main(config)
     return code

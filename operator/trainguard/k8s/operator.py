@@ -14,8 +14,10 @@ Place in the loop: the outermost shell, beside ``cli/run.py`` (standalone). It w
 - Events for anomalies, verdicts, advice and outcomes (``k8s/events.py``).
 
 The cluster-wide Action switch (``allow_action``) sits on top of every policy's mode. One instance
-acts: the engine runs only in ``--standalone`` mode (one replica, Recreate strategy, see
-docs/operator.md). The audit store stays the durable log; status and Events are the view.
+acts: standalone (one replica, Recreate strategy), or, with ``peering``, only the replica holding a
+coordination.k8s.io Lease runs the engine and the reconcile loop (``k8s/lease.py``); the others
+keep watching and take over when the Lease expires. The audit store stays the durable log; status
+and Events are the view.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import datetime
 import functools
 import logging
 import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,9 +42,10 @@ from trainguard import engine as engine_mod
 from trainguard import settings as settings_mod
 from trainguard.detect import catalog as catalog_mod
 from trainguard.k8s import api as api_mod
-from trainguard.k8s import events, policies, recovery, status
+from trainguard.k8s import events, lease, policies, recovery, slinky, status
 from trainguard.model import clock, vocab
 from trainguard.policy import loader
+from trainguard.policy import model as policy_model
 from trainguard.schedulers import base, factory
 from trainguard.store import audit, database
 
@@ -65,7 +69,9 @@ class OperatorConfig:
     allow_action: bool = False
     """Cluster-wide Action switch; off: every policy behaves as Monitor."""
     db_url: str = database.DEFAULT_DB_URL
-    standalone: bool = True
+    peering: str | None = None
+    """None: standalone (one replica). A name: act only while holding the Lease of that name in
+    ``workload_namespace`` (several replicas, one active; ``k8s/lease.py``)."""
     liveness_endpoint: str | None = None
     poll_s: float = settings_mod.EngineSettings.discovery_interval_s
     status_interval_s: float = 2.0
@@ -76,6 +82,9 @@ class OperatorConfig:
     jwt: str | None = None
     rest_fallback: str = "slurm-local"
     patterns_files: tuple[Path, ...] = ()
+    slinky_namespace: str | None = None
+    """Namespace of a Slinky cluster's slurmd pods; when set, lemon nodes of Action-mode advice are
+    isolated by cordoning their Kubernetes node (policy must allow ``cordonNode``)."""
 
 
 @dataclass
@@ -92,6 +101,15 @@ class Shell:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    """Tasks of the whole run (leader election)."""
+    term_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    """Tasks of the current term as the acting instance (engine, reconcile loop)."""
+    term_stop: asyncio.Event = field(default_factory=asyncio.Event)
+    elector: lease.Elector | None = None
+    catalog: catalog_mod.Catalog | None = None
+    overrides: dict[str, vocab.Mode] = field(default_factory=dict)
+    """Workload -> forced mode from WorkloadRecovery ``spec.overrides.mode`` (kept across terms)."""
+    engine_settings: settings_mod.EngineSettings = field(default_factory=settings_mod.EngineSettings)
     untracked_since: dict[str, float] = field(default_factory=dict)
     stats: status.SyncStats = field(default_factory=status.SyncStats)
     clock: clock.Clock = field(default_factory=clock.SystemClock)
@@ -111,13 +129,19 @@ class Shell:
         """``spec.overrides.mode: Monitor`` on a WorkloadRecovery forces Monitor for its workload.
         Action never raises authority (k8s/recovery.py), so it clears the override."""
         workload = ((body.get("metadata") or {}).get("annotations") or {}).get(status.WORKLOAD_ANNOTATION)
-        if self.engine is None or not workload:
+        if not workload:
             return
         mode = ((body.get("spec") or {}).get("overrides") or {}).get("mode")
         wanted = vocab.Mode.MONITOR if mode == vocab.Mode.MONITOR and not deleted else None
-        if self.engine.mode_overrides.get(workload) != wanted:
+        if self.overrides.get(workload) == wanted:
+            return
+        if wanted is None:
+            self.overrides.pop(workload, None)
+        else:
+            self.overrides[workload] = wanted
+        logger.info("%s: mode override %s", workload, wanted or "cleared")
+        if self.engine is not None:
             self.engine.set_mode_override(workload, wanted)
-            logger.info("%s: mode override %s", workload, wanted or "cleared")
             self.wake.set()
 
     # -------------------------------------------------------------- engine records -> status + Events
@@ -134,13 +158,45 @@ class Shell:
         except (api_mod.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
             logger.warning("%s: cannot update its WorkloadRecovery: %s", workload, exc)
             return
-        draft = events.draft_for(kind, payload)
-        if draft is None or obj is None:
-            return
         metadata = obj.get("metadata") or {}
         ref = events.ObjectRef(api_mod.WORKLOAD_RECOVERIES.api_version, recovery.KIND, str(metadata.get("name")),
                                self.config.workload_namespace, metadata.get("uid"))
-        await events.post(self.api, ref, draft, self.now())
+        draft = events.draft_for(kind, payload)
+        if draft is not None:
+            await events.post(self.api, ref, draft, self.now())
+        if kind == vocab.AuditKind.ADVICE:
+            await self._isolate(rt, payload, ref)
+
+    async def _isolate(self, rt: engine_mod.WorkloadRuntime, payload: dict[str, object],
+                       ref: events.ObjectRef) -> None:
+        """Slinky: cordon the Kubernetes nodes behind the advice's lemon nodes, when the policy
+        allows cordonNode, the advice is in Action mode and the cluster-wide switch is on."""
+        nodes = payload.get("drain_nodes")
+        if (self.api is None or not self.config.slinky_namespace or not self.config.allow_action
+                or payload.get("mode") != vocab.Mode.ACTION or not isinstance(nodes, list) or not nodes
+                or rt.spec is None or policy_model.ActionName.CORDON_NODE not in rt.spec.actions.allowed):
+            return
+        try:
+            placements = await slinky.discover(self.api, self.config.slinky_namespace)
+        except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
+            logger.warning("%s: cannot map Slurm nodes to Kubernetes nodes: %s", rt.workload, exc)
+            return
+        for slurm_node in (str(n) for n in nodes):
+            placement = placements.get(slurm_node)
+            if placement is None or placement.kube_node is None:
+                logger.warning("%s: no slurmd pod of Slurm node %s in %s; not cordoned", rt.workload, slurm_node,
+                               self.config.slinky_namespace)
+                continue
+            reason = slinky.cordon_reason(slurm_node, f"lemon node of {rt.workload}")
+            try:
+                result = await slinky.cordon(self.api, placement.kube_node, reason)
+            except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
+                logger.warning("%s: cordon of %s failed: %s", rt.workload, placement.kube_node, exc)
+                continue
+            if result == slinky.Result.DONE:
+                message = f"Kubernetes node {placement.kube_node} (Slurm node {slurm_node}) cordoned: {reason}"
+                await events.post(self.api, ref, events.Draft(events.NORMAL, events.NODE_CORDONED, message),
+                                  self.now())
 
     async def _ensure(self, rt: engine_mod.WorkloadRuntime, observed: dict[str, Any] | None = None) -> dict[str, Any]:
         """Create the workload's WorkloadRecovery if missing; sync its status; return the object."""
@@ -239,9 +295,9 @@ class Shell:
                                        (answer.get("metadata") or {}).get("uid"))
                 await events.post(self.api, ref, draft, self.now())
 
-    async def reconcile_forever(self) -> None:
+    async def reconcile_forever(self, stop: asyncio.Event) -> None:
         """Reconcile every ``status_interval_s``, and at once when woken (policy change, new record)."""
-        while not self.stop.is_set():
+        while not stop.is_set():
             self.wake.clear()
             try:
                 await self.reconcile()
@@ -274,29 +330,73 @@ class Shell:
         for namespace in config.namespaces or (None,):
             for body in await _patiently(functools.partial(self._list_policies, namespace)):
                 self.book.put(policies.read(body))
-        self.engine = engine_mod.Engine(
-            self.scheduler, self.store, self.book.policy_set(), catalog, clock_=self.clock,
-            settings=engine_settings, listeners=[self.on_record],
-        )
-        self.tasks = [
-            _spawn(self.engine.run(self.stop), "engine"),
-            _spawn(self.reconcile_forever(), "workloadrecovery-reconcile"),
-        ]
-        logger.info("trainguard operator: scheduler %s, audit %s, action switch %s, policies %s, recoveries in %s",
+        self.catalog, self.engine_settings = catalog, engine_settings
+        if config.peering is None:
+            await self._begin_term()
+        else:
+            identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{os.getpid()}"
+            self.elector = lease.Elector(self.api, config.workload_namespace, config.peering, identity,
+                                         clock=self.clock)
+            self.tasks.append(_spawn(self._lead_forever(), "leader-election"))
+        logger.info("trainguard operator: scheduler %s, audit %s, action switch %s, policies %s, recoveries in %s, %s",
                     config.scheduler, database.safe_url(config.db_url), "ON" if config.allow_action else "off",
-                    self.book.policy_set().names(), config.workload_namespace)
+                    self.book.policy_set().names(), config.workload_namespace,
+                    f"lease {config.peering}" if config.peering else "standalone")
+
+    async def _begin_term(self) -> None:
+        """Start acting: a fresh engine (which first resumes pending advice) and the reconcile loop."""
+        assert self.scheduler is not None and self.store is not None and self.catalog is not None
+        self.term_stop = asyncio.Event()
+        self.engine = engine_mod.Engine(
+            self.scheduler, self.store, self.book.policy_set(), self.catalog, clock_=self.clock,
+            settings=self.engine_settings, listeners=[self.on_record],
+        )
+        for workload, mode in self.overrides.items():
+            self.engine.set_mode_override(workload, mode)
+        self.term_tasks = [
+            _spawn(self.engine.run(self.term_stop), "engine"),
+            _spawn(self.reconcile_forever(self.term_stop), "workloadrecovery-reconcile"),
+        ]
+
+    async def _end_term(self) -> None:
+        """Stop acting: the engine stops discovery and waits for in-flight recoveries."""
+        self.term_stop.set()
+        self.wake.set()
+        tasks, self.term_tasks = self.term_tasks, []
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.engine = None
+
+    async def _lead_forever(self) -> None:
+        """Act only while holding the Lease (``k8s/lease.py``)."""
+        assert self.elector is not None
+        while not self.stop.is_set():
+            leading = await self.elector.step()
+            if leading and self.engine is None:
+                logger.info("leading: starting the engine")
+                await self._begin_term()
+            elif not leading and self.engine is not None:
+                logger.warning("lost the lease: stopping the engine")
+                await self._end_term()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=self.elector.timing.renew_interval_s)
 
     async def _list_policies(self, namespace: str | None) -> list[dict[str, Any]]:
         assert self.api is not None
         return await self.api.list(api_mod.RECOVERY_POLICIES, namespace)
 
     async def close(self) -> None:
-        """Stop the engine (in-flight recoveries finish) and close everything; safe to call twice."""
+        """Stop the engine (in-flight recoveries finish), give up the Lease, close everything;
+        safe to call twice."""
         self.stop.set()
         self.wake.set()
         tasks, self.tasks = self.tasks, []
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        await self._end_term()
+        if self.elector is not None:
+            await self.elector.release()
+            self.elector = None
         scheduler, store, api = self.scheduler, self.store, self.api
         self.scheduler = self.store = self.api = None
         if scheduler is not None:
@@ -384,8 +484,11 @@ def build_registry(shell: Shell) -> kopf.OperatorRegistry:
     return registry
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
+def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """kopf settings of the operator."""
+    # With a fixed list of namespaces there is nothing to scan for (no globs), and our handlers name
+    # their resources exactly: no namespace listing, no CRD discovery needed.
+    settings.scanning.disabled = not config.clusterwide
     settings.posting.enabled = False  # our own Events only (k8s/events.py), not kopf's log lines
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -402,7 +505,7 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
     with the configuration (scheduler spec, database, catalog, credentials, CRDs not installed) is
     checked before kopf starts, and raised as StartupError."""
     settings = kopf.OperatorSettings()
-    configure(settings)
+    configure(settings, config)
     shell = Shell(config)
     try:
         try:
@@ -416,7 +519,7 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
         await kopf.operator(
             registry=build_registry(shell),
             settings=settings,
-            standalone=config.standalone,
+            standalone=True,  # kopf's peering is not what keeps one replica acting: the Lease is
             clusterwide=config.clusterwide,
             namespaces=list(config.namespaces),
             liveness_endpoint=config.liveness_endpoint,

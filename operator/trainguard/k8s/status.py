@@ -95,7 +95,8 @@ def view_of(rt: engine_mod.WorkloadRuntime) -> WorkloadView:
         mode=rt.spec.mode if rt.spec is not None else None,
         opt_in_errors=tuple(rt.opt_in_errors),
         detector_attempt=rt.detector_attempt,
-        recovering=rt.task is not None and not rt.task.done(),
+        # The task outlives the disposition by the outcome notification: Pending is what says "under way".
+        recovering=rt.task is not None and not rt.task.done() and rt.disposition == vocab.Disposition.PENDING,
         disposition=rt.disposition,
         records=tuple(Record(str(r["kind"]), _seconds(r.get("at")), _mapping(r.get("payload"))) for r in rt.recent),
     )

@@ -177,9 +177,11 @@ class Detection(_Section):
         "restarting a slow job is costly and often wrong). 'requeue': requeue without the slow node.",
     )
     settle: Duration = Field(
-        default=_duration("30s"),
+        default=_duration("1s"),
         description="Wait after the first failure line before concluding, so the whole "
-        "cascade (other ranks' timeouts) is read and the first cause is found (duration).",
+        "cascade (other ranks' timeouts) is read and the first cause is found (duration). 1 s: ranks "
+        "that die together print within a second; stronger (hardware) evidence arriving later still "
+        "produces a new advice generation.",
     )
     extra_patterns: list[patterns.PatternSpec] = Field(
         default_factory=list,

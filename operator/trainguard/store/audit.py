@@ -125,6 +125,10 @@ def advice_payload(item: advice.Advice) -> dict[str, Any]:
     return data
 
 
+_NODE_FAULTS = frozenset({vocab.Attribution.HARDWARE, vocab.Attribution.SYSTEM, vocab.Attribution.UNKNOWN})
+"""Attributions whose suspect nodes are remembered in node_history (lemon-node memory)."""
+
+
 class AuditStore:
     """Async repository over one database. Create it with ``database.open_store``."""
 
@@ -249,7 +253,10 @@ class AuditStore:
             await self._ensure_workload(session, workload, at)
             session.add(tables.VerdictRow(workload=workload, attempt=attempt, attribution=verdict.attribution.value,
                                           category=verdict.category.value, payload=payload, at=to_datetime(at)))
-            for node in verdict.suspect_nodes:
+            # Lemon-node memory: only failures that can be the node's fault. An application bug
+            # that always kills the same rank must not turn a healthy node into a lemon.
+            implicates = verdict.attribution in _NODE_FAULTS
+            for node in verdict.suspect_nodes if implicates else ():
                 session.add(tables.NodeHistoryRow(node=node, workload=workload, category=verdict.category.value,
                                                   at=to_datetime(at)))
             self._log(session, at=at, workload=workload, attempt=attempt, kind=vocab.AuditKind.VERDICT,

@@ -171,6 +171,23 @@ async def test_anomaly_verdict_and_node_history_carry_the_contract_fields(db_url
         await store.close()
 
 
+async def test_application_failures_do_not_feed_lemon_node_memory(db_url: str):
+    """A user bug that always kills the same rank must not make that rank's node a lemon."""
+    store = await database.open_store(db_url)
+    try:
+        app = verdicts.Verdict(attribution=vocab.Attribution.APPLICATION,
+                               category=vocab.Category.PYTHON_EXCEPTION, suspect_nodes=["n3"])
+        unknown = verdicts.Verdict(attribution=vocab.Attribution.UNKNOWN,
+                                   category=vocab.Category.PROCESS_SIGNAL_KILLED, suspect_nodes=["n4"])
+        await store.record_verdict(workload=W, attempt=0, verdict=app, at=T0)
+        await store.record_verdict(workload=W, attempt=1, verdict=unknown, at=T0 + 1)
+        history = await store.node_history(since=T0)
+        assert [h.node for h in history] == ["n4"]
+        assert [r.kind for r in await store.audit_records(workload=W)] == [vocab.AuditKind.VERDICT] * 2
+    finally:
+        await store.close()
+
+
 async def test_audit_stream_filters(db_url: str):
     store = await database.open_store(db_url)
     try:

@@ -1,0 +1,156 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease: one active operator among replicas.
+
+Place in the loop: around the engine. Only the replica that holds the Lease runs the engine (the
+only part that acts on the scheduler) and the WorkloadRecovery reconcile loop; the others keep
+watching policies and wait. This is the election client-go's ``leaderelection`` package does,
+reduced to what we need:
+
+- a candidate takes the Lease when nobody holds it, or when the record it observes has not changed
+  for ``lease_duration_s`` *by its own clock* (no comparison of clocks between machines);
+- the holder renews every ``renew_interval_s``; every write carries the resourceVersion it read, so
+  of two candidates racing for an expired Lease exactly one wins (the other gets 409 Conflict);
+- a holder that could not renew for ``renew_deadline_s`` (shorter than the lease duration) steps
+  down *before* anyone else may take over, and a holder that stops releases the Lease at once.
+
+kopf's own peering is not used for this: it pauses kopf's handlers, but the engine runs beside
+them; the Lease ties exactly the acting part to exactly one replica.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass
+from typing import Any, Final
+
+import aiohttp
+
+from trainguard.k8s import api as api_mod
+from trainguard.model import clock as clock_mod
+
+logger = logging.getLogger(__name__)
+
+LEASES: Final = api_mod.Resource("coordination.k8s.io", "v1", "leases")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Lease timing, client-go's defaults scaled down for a recovery loop that polls every second."""
+
+    lease_duration_s: float = 15.0
+    """How long an unchanged record means the holder is gone. 15 s: a failover within ~20 s."""
+    renew_deadline_s: float = 10.0
+    """A holder that could not renew for this long steps down (must be < lease_duration_s)."""
+    renew_interval_s: float = 2.0
+    """How often the holder renews and a candidate retries."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.renew_interval_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError("need 0 < renew interval < renew deadline < lease duration")
+
+
+def _micro_time(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Elector:
+    """One candidate for one Lease."""
+
+    def __init__(self, api: api_mod.Api, namespace: str, name: str, identity: str, *,
+                 clock: clock_mod.Clock, timing: Timing = Timing()) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.clock = clock
+        self.timing = timing
+        self.leading = False
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self._renewed_at = 0.0
+
+    def _spec(self, now: float, acquire: bool, transitions: int) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.timing.lease_duration_s),
+            "renewTime": _micro_time(now),
+        }
+        if acquire:
+            spec["acquireTime"] = _micro_time(now)
+            spec["leaseTransitions"] = transitions
+        return spec
+
+    async def step(self) -> bool:
+        """Try to acquire or renew once; True while this candidate leads. Never raises on API or
+        network errors: the holder steps down when it could not renew for the renew deadline."""
+        now = self.clock.now()
+        try:
+            self.leading = await self._try(now)
+        except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
+            logger.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            if self.leading and now - self._renewed_at >= self.timing.renew_deadline_s:
+                logger.error("lease %s/%s not renewed for %.0f s: stepping down", self.namespace, self.name,
+                             now - self._renewed_at)
+                self.leading = False
+        if self.leading:
+            self._renewed_at = now
+        return self.leading
+
+    async def _try(self, now: float) -> bool:
+        try:
+            lease = await self.api.get(LEASES, self.name, self.namespace)
+        except api_mod.ApiError as exc:
+            if exc.status != 404:
+                raise
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": self._spec(now, acquire=True, transitions=0)}
+            try:
+                await self.api.create(LEASES, body, self.namespace)
+            except api_mod.ApiError as race:
+                if race.status == 409:
+                    return False
+                raise
+            logger.info("lease %s/%s acquired by %s (new lease)", self.namespace, self.name, self.identity)
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        expired = now - self._observed_at >= self.timing.lease_duration_s
+        if holder and holder != self.identity and not expired:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        taking = holder != self.identity
+        body = {"metadata": {"resourceVersion": (lease.get("metadata") or {}).get("resourceVersion")},
+                "spec": self._spec(now, acquire=taking, transitions=transitions + 1 if taking else transitions)}
+        try:
+            answer = await self.api.patch(LEASES, self.name, body, self.namespace)
+        except api_mod.ApiError as exc:
+            if exc.status == 409:  # another candidate wrote first
+                return False
+            raise
+        new = answer.get("spec") or {}
+        self._observed = (new.get("holderIdentity") or "", new.get("renewTime"), new.get("leaseTransitions"))
+        self._observed_at = now
+        if taking:
+            logger.info("lease %s/%s acquired by %s (was %s)", self.namespace, self.name, self.identity,
+                        holder or "free")
+        return True
+
+    async def release(self) -> None:
+        """Give the Lease up at once (a clean stop), so another replica need not wait for expiry."""
+        if not self.leading:
+            return
+        self.leading = False
+        try:
+            lease = await self.api.get(LEASES, self.name, self.namespace)
+            if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return
+            body = {"metadata": {"resourceVersion": (lease.get("metadata") or {}).get("resourceVersion")},
+                    "spec": {"holderIdentity": None}}
+            await self.api.patch(LEASES, self.name, body, self.namespace)
+            logger.info("lease %s/%s released by %s", self.namespace, self.name, self.identity)
+        except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
+            logger.warning("lease %s/%s not released (it expires by itself): %s", self.namespace, self.name, exc)
