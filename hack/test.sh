@@ -40,8 +40,9 @@ stamp=$VENV/.trainguard-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "${TG_REINSTALL:-0}" = 1 ] || [ ! -s "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] ||
   [ ! -x "$VENV/bin/pytest" ]; then
-  tg_log "installing trainguard[dev] into $VENV"
-  "$PY" -m pip install -q --disable-pip-version-check -e '.[dev]' || tg_die "pip install -e '.[dev]' failed"
+  tg_log "installing trainguard[dev,workloads] into $VENV (torch for the test workloads is a large download)"
+  "$PY" -m pip install -q --disable-pip-version-check -e '.[dev,workloads]' ||
+    tg_die "pip install -e '.[dev,workloads]' failed"
   echo "$want" > "$stamp"
 fi
 
@@ -84,6 +85,20 @@ on_exit() {
   fi
 }
 trap on_exit EXIT
+
+# ------------------------------------------------------------------ test tools
+# Real components the tests use besides the services the fixtures start: ripgrep (the matcher is
+# checked against it), an OpenSSH server (the slurm-ssh transport runs over a real sshd).
+if [ "$(id -u)" = 0 ]; then
+  command -v rg >/dev/null || tg_apt_install ripgrep
+  [ -x /usr/sbin/sshd ] || tg_apt_install openssh-server
+fi
+# The Kubernetes binaries are compiled once from the Go module registry and cached outside the
+# repository (minutes cold, instant afterwards): build them here, before pytest's per-test timeout.
+if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
+  tg_log "hack/local-kube.sh build (cached after the first time)"
+  hack/local-kube.sh build || tg_die "building the local Kubernetes API failed (TG_SKIP_KUBE=1 skips those tests)"
+fi
 
 # ------------------------------------------------------------------ tests
 tg_log "pytest $*"

@@ -31,7 +31,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.support import fake_scheduler
-
 from trainguard.act import executor
 from trainguard.model import actions, advice, clock, vocab
 from trainguard.store import database

@@ -21,8 +21,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 import sqlalchemy as sa
-from tests.support import fake_scheduler
 
+from tests.support import fake_scheduler
 from trainguard.model import actions, vocab, workloads
 from trainguard.store import database
 

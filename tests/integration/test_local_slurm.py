@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.support.slurm import JobPredicate, SlurmCluster, expand_hostlist
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]

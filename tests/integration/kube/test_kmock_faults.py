@@ -29,8 +29,8 @@ from typing import Any
 import kmock
 import pytest
 import yaml
-from tests.support.slurm import SlurmCluster
 
+from tests.support.slurm import SlurmCluster
 from trainguard.k8s import operator
 from trainguard.store import database
 

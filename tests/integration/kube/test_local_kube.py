@@ -20,6 +20,7 @@ from base64 import b64decode
 from pathlib import Path
 
 import pytest
+
 from tests.support import kube
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.timeout(kube.BUILD_TIMEOUT_S)]

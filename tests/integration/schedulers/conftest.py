@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlsplit
 
 import pytest
-from tests.support import slurm, sshd
 
+from tests.support import slurm, sshd
 from trainguard.schedulers import base, factory
 
 TRANSPORTS = ["slurm-local", "slurm-ssh", "slurm-rest"]

@@ -6,8 +6,8 @@ import logging
 from urllib.parse import urlsplit
 
 import pytest
-from tests.support import slurm
 
+from tests.support import slurm
 from trainguard.schedulers import base, factory, slurm_rest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.timeout(120)]

@@ -8,8 +8,8 @@ slurm-local fallback. Each wait has a timeout; a requeue takes ~6-8 s to run aga
 from __future__ import annotations
 
 import pytest
-from tests.support import slurm
 
+from tests.support import slurm
 from trainguard.model import workloads
 from trainguard.schedulers import base
 

@@ -6,8 +6,8 @@ import asyncio
 import time
 
 import pytest
-from tests.support import slurm
 
+from tests.support import slurm
 from trainguard.model import clock, workloads
 from trainguard.schedulers import factory
 from trainguard.signals import discovery, tailer

@@ -7,8 +7,8 @@ import json
 import re
 
 import pytest
-from tests.support import fake_scheduler
 
+from tests.support import fake_scheduler
 from trainguard.act import executor
 from trainguard.cli import main as cli
 from trainguard.model import advice, anomalies, clock, verdicts, vocab, workloads

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.support.slurm import SlurmCluster, expand_hostlist
 from tests.workloads import jobs
 

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.support import fake_scheduler
 
+from tests.support import fake_scheduler
 from trainguard.act import executor
 from trainguard.model import advice, clock, vocab, workloads
 from trainguard.store import audit, database

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tests.support import fake_scheduler
 
+from tests.support import fake_scheduler
 from trainguard.act import executor, watchdog
 from trainguard.model import actions, clock, vocab, workloads
 from trainguard.schedulers import base

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tests.support import fake_scheduler
-
 from trainguard.act import executor, watchdog
 from trainguard.model import actions, vocab, workloads
 from trainguard.schedulers import base
