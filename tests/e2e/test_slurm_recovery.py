@@ -202,8 +202,9 @@ def test_retries_exhausted_stops_the_job(batch: Batch) -> None:
     assert _operations(records, 0) == ["requeue"]
     assert "requeue" not in _operations(records, 1) + _operations(records, 1, "intent")
     again = _stays_finished(batch, "exhausted")
-    assert job["JobState"] == again["JobState"] == "FAILED", harness.summary(again)
-    assert again["Restarts"] == "1", "not requeued after the stop advice"
+    # FAILED if the attempt ended before the stop was carried out, CANCELLED if the cancel got there first
+    assert again["JobState"] in {"FAILED", "CANCELLED"}, harness.summary(again)
+    assert job["Restarts"] == again["Restarts"] == "1", "not requeued after the stop advice"
 
 
 def test_exit_code_93_is_not_requeued(batch: Batch) -> None:

@@ -5,7 +5,7 @@ Place in the loop: packaging of the reporting step. The schemas have one source 
 ``k8s/policy_status.py`` for its status, ``k8s/recovery.py`` for WorkloadRecovery. This module
 turns them into ``apiextensions.k8s.io/v1`` objects (structural schemas, defaults, enums, CEL rules,
 status subresource, printer columns, short names) and writes them as YAML into ``crds/``, next to a
-``kustomization.yaml`` that ``manifests/`` pulls in. ``tests/unit/k8s/test_crds.py`` regenerates
+``Kustomization`` file that ``manifests/`` pulls in. ``tests/unit/k8s/test_crds.py`` regenerates
 them and fails on any difference, as Slinky's ``make manifests`` check does.
 
 ``kubectl get recoveries`` (shared/mission.md) works through the WorkloadRecovery short name
@@ -33,6 +33,8 @@ from trainguard.k8s import policy_status, recovery
 from trainguard.policy import model as policy_model
 
 GROUP: Final = "trainguard.dev"
+KUSTOMIZATION_FILE: Final = "Kustomization"
+"""The kustomization of crds/: no .yaml suffix, so `kubectl apply -f crds/` ignores it."""
 VERSION: Final = "v1alpha1"
 CATEGORY: Final = "trainguard"
 """``kubectl get trainguard`` lists both kinds."""
@@ -260,7 +262,9 @@ def render() -> dict[str, str]:
         "kind": "Kustomization",
         "resources": sorted(files),
     }
-    files["kustomization.yaml"] = _dump(kustomization)
+    # Named "Kustomization" (a name kustomize accepts) without a .yaml suffix, so that
+    # `kubectl apply -f crds/` applies the CRDs and skips it, while `-k manifests/` still finds it.
+    files[KUSTOMIZATION_FILE] = _dump(kustomization)
     return files
 
 

@@ -43,7 +43,7 @@ from trainguard import settings as settings_mod
 from trainguard.detect import catalog as catalog_mod
 from trainguard.k8s import api as api_mod
 from trainguard.k8s import events, lease, policies, recovery, slinky, status
-from trainguard.model import clock, vocab
+from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base, factory
@@ -51,6 +51,8 @@ from trainguard.store import audit, database
 
 logger = logging.getLogger("trainguard.operator")
 
+REPORT_QUEUE: Final = 10_000
+"""Engine records waiting for their Event; bounded so an API outage cannot grow memory without end."""
 GROUP: Final = "trainguard.dev"
 VERSION: Final = "v1alpha1"
 
@@ -108,6 +110,8 @@ class Shell:
     elector: lease.Elector | None = None
     catalog: catalog_mod.Catalog | None = None
     overrides: dict[str, vocab.Mode] = field(default_factory=dict)
+    records: asyncio.Queue[tuple[str, str, dict[str, object]]] = field(
+        default_factory=lambda: asyncio.Queue(maxsize=REPORT_QUEUE))
     """Workload -> forced mode from WorkloadRecovery ``spec.overrides.mode`` (kept across terms)."""
     engine_settings: settings_mod.EngineSettings = field(default_factory=settings_mod.EngineSettings)
     untracked_since: dict[str, float] = field(default_factory=dict)
@@ -147,7 +151,30 @@ class Shell:
     # -------------------------------------------------------------- engine records -> status + Events
 
     async def on_record(self, kind: str, workload: str, payload: dict[str, object]) -> None:
-        """Engine listener: bring the WorkloadRecovery up to date, then post the Event."""
+        """Engine listener: queue the record for the reporter and return at once. The engine awaits
+        its listeners before it acts, so a slow or unreachable API server must never be waited on
+        here; a full queue drops the Event (logged) — status catches up in the next reconcile round."""
+        try:
+            self.records.put_nowait((kind, workload, payload))
+        except asyncio.QueueFull:
+            logger.warning("%s: report queue full; %s Event dropped (the audit log has it)", workload, kind)
+
+    async def report_forever(self, stop: asyncio.Event) -> None:
+        """Turn queued engine records into WorkloadRecovery updates and Events, in order."""
+        while not stop.is_set() or not self.records.empty():
+            try:
+                kind, workload, payload = await asyncio.wait_for(self.records.get(), timeout=1.0)
+            except TimeoutError:
+                continue
+            try:
+                await self.report(kind, workload, payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("%s: reporting %s failed", workload, kind)
+
+    async def report(self, kind: str, workload: str, payload: dict[str, object]) -> None:
+        """Bring the workload's WorkloadRecovery up to date, then post the record's Event."""
         if self.engine is None or self.api is None:
             return
         rt = self.engine.runtimes.get(workload)
@@ -201,7 +228,11 @@ class Shell:
     async def _ensure(self, rt: engine_mod.WorkloadRuntime, observed: dict[str, Any] | None = None) -> dict[str, Any]:
         """Create the workload's WorkloadRecovery if missing; sync its status; return the object."""
         assert self.api is not None
-        view = status.view_of(rt)
+        steps: list[actions.ActionRecord] = []
+        item = rt.last_advice
+        if item is not None and self.store is not None:
+            steps = await self.store.actions_for(item.workload, item.attempt, item.generation)
+        view = status.view_of(rt, steps)
         namespace = self.config.workload_namespace
         name = status.object_name(view.workload)
         async with self.lock:
@@ -356,6 +387,7 @@ class Shell:
         self.term_tasks = [
             _spawn(self.engine.run(self.term_stop), "engine"),
             _spawn(self.reconcile_forever(self.term_stop), "workloadrecovery-reconcile"),
+            _spawn(self.report_forever(self.term_stop), "workloadrecovery-report"),
         ]
 
     async def _end_term(self) -> None:

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from trainguard import engine as engine_mod
 from trainguard.k8s import api as api_mod
 from trainguard.k8s import condition, recovery
-from trainguard.model import vocab, workloads
+from trainguard.model import actions, vocab, workloads
 
 logger = logging.getLogger(__name__)
 
@@ -84,10 +84,12 @@ class WorkloadView:
     """An advice generation is being carried out right now."""
     disposition: vocab.Disposition | None = None
     records: tuple[Record, ...] = field(default_factory=tuple)
+    steps: tuple[actions.ActionRecord, ...] = ()
+    """Executor steps of the latest advice generation (from the audit store)."""
 
 
-def view_of(rt: engine_mod.WorkloadRuntime) -> WorkloadView:
-    """A frozen copy of what ``project`` needs from an engine runtime."""
+def view_of(rt: engine_mod.WorkloadRuntime, steps: Sequence[actions.ActionRecord] = ()) -> WorkloadView:
+    """A frozen copy of what ``project`` needs from an engine runtime (and the store's steps)."""
     return WorkloadView(
         workload=rt.workload,
         job=rt.job,
@@ -99,6 +101,7 @@ def view_of(rt: engine_mod.WorkloadRuntime) -> WorkloadView:
         recovering=rt.task is not None and not rt.task.done() and rt.disposition == vocab.Disposition.PENDING,
         disposition=rt.disposition,
         records=tuple(Record(str(r["kind"]), _seconds(r.get("at")), _mapping(r.get("payload"))) for r in rt.recent),
+        steps=tuple(steps),
     )
 
 
@@ -223,6 +226,21 @@ def _restarts(view: WorkloadView) -> int:
     return len(requeued)
 
 
+def _steps(view: WorkloadView, previous: recovery.WorkloadRecoveryStatus | None) -> list[recovery.ActionSummary]:
+    """Executor steps, newest first: the view's (latest generation) merged over those already shown."""
+    shown: dict[tuple[int, int, str], recovery.ActionSummary] = {
+        (a.attempt, a.generation, a.step): a for a in (previous.recent_actions if previous is not None else [])
+    }
+    for step in view.steps:
+        summary = recovery.ActionSummary(
+            time=_time(step.updated_at or step.created_at), attempt=step.attempt + 1, generation=step.generation,
+            step=step.step[:253], operation=step.operation, status=step.status, message=step.error[: recovery.MAX_TEXT],
+        )
+        shown[(summary.attempt, summary.generation, summary.step)] = summary
+    ordered = sorted(shown.values(), key=lambda a: (a.time, a.generation, a.step), reverse=True)
+    return ordered[: recovery.MAX_RECENT]
+
+
 def phase_of(view: WorkloadView, anomaly_open: bool) -> recovery.Phase:
     """The phase the scheduler state and the engine's recovery state show."""
     state = view.job.state
@@ -319,7 +337,7 @@ def project(
         last_anomaly=latest,
         advice=advice,
         recent_anomalies=anomalies,
-        recent_actions=list(previous.recent_actions) if previous is not None else [],
+        recent_actions=_steps(view, previous),
         conditions=conditions,
     )
 

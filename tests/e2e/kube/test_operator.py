@@ -218,6 +218,8 @@ def test_switch_to_action_takes_effect_without_restart(setup: Setup) -> None:
     assert obj["status"]["advice"]["mode"] == "Action"
     assert obj["status"]["restarts"] == 1
     assert obj["status"]["attempt"] == 2
+    steps = {(a["operation"], a["status"]) for a in obj["status"]["recentActions"]}
+    assert {("requeue_hold", "done"), ("exclude_nodes", "done"), ("release", "done")} <= steps, steps
     name = obj["metadata"]["name"]
     op.poll("RecoveryStarted and RecoveryConverged Events",
             lambda: {e["reason"] for e in setup.events_of(name)} >= {"RecoveryStarted", "RecoveryConverged"},

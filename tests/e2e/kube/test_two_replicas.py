@@ -121,7 +121,9 @@ def replicas(kube_api: kube.LocalKube, slurm_cluster: SlurmCluster,
 
 
 def test_only_the_lease_holder_acts_and_a_clean_stop_hands_over(replicas: Replicas) -> None:
-    leader = op.poll("a Lease holder", replicas.holder, 60, replicas.diagnose)
+    op.poll("a Lease holder", lambda: replicas.holder() is not None, 60, replicas.diagnose)
+    leader = replicas.holder()
+    assert leader is not None
     follower = 1 - leader
     first = replicas.recover("tg-peers-1")
     op.poll("the holder's advice", lambda: replicas.advice_count(leader, first) == 1, 30, replicas.diagnose)

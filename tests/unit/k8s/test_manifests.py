@@ -38,7 +38,8 @@ def kubectl() -> Path | None:
 
 def render(root: Path) -> list[dict[str, Any]]:
     """The objects of the kustomization at ``root``: our kustomizations only list resources."""
-    with (root / "kustomization.yaml").open(encoding="utf-8") as stream:
+    name = next(n for n in ("kustomization.yaml", "Kustomization") if (root / n).exists())
+    with (root / name).open(encoding="utf-8") as stream:
         kustomization = yaml.safe_load(stream)
     assert set(kustomization) <= ALLOWED_KUSTOMIZE_KEYS, f"{root}: this reader does not apply transformers"
     objects: list[dict[str, Any]] = []

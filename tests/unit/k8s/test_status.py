@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from trainguard.k8s import condition, recovery, status
-from trainguard.model import vocab, workloads
+from trainguard.model import actions, vocab, workloads
 
 T0 = datetime.datetime(2026, 1, 31, 12, 0, tzinfo=datetime.UTC)
 WORKLOAD = "slurm/gpu-a/1234"
@@ -150,3 +150,25 @@ def test_object_name_and_desired_object_validate_against_the_crd_model() -> None
     assert obj["metadata"]["annotations"][status.WORKLOAD_ANNOTATION] == WORKLOAD
     with pytest.raises(ValueError, match="not a Slurm workload id"):
         status.object_name("jobset/ns/name")
+
+
+def step(name: str, operation: actions.Operation, at: float, generation: int = 1,
+         state: actions.ActionStatus = actions.ActionStatus.DONE) -> actions.ActionRecord:
+    return actions.ActionRecord(workload=WORKLOAD, attempt=0, generation=generation, step=name, operation=operation,
+                                status=state, created_at=at, updated_at=at)
+
+
+def test_executor_steps_are_shown_newest_first_and_kept_across_generations() -> None:
+    first = view(steps=(step("requeue_hold", actions.Operation.REQUEUE_HOLD, 1769860800.0),
+                        step("release", actions.Operation.RELEASE, 1769860801.0,
+                             state=actions.ActionStatus.INTENT)))
+    one = status.project(first, None, generation=1, now=T0)
+    assert [(a.step, a.status) for a in one.recent_actions] == [
+        ("release", actions.ActionStatus.INTENT), ("requeue_hold", actions.ActionStatus.DONE)]
+    second = view(steps=(step("release", actions.Operation.RELEASE, 1769860802.0),
+                         step("cancel", actions.Operation.CANCEL, 1769860900.0, generation=2)))
+    two = status.project(second, one, generation=1, now=T0)
+    assert [(a.generation, a.step, a.status) for a in two.recent_actions] == [
+        (2, "cancel", actions.ActionStatus.DONE), (1, "release", actions.ActionStatus.DONE),
+        (1, "requeue_hold", actions.ActionStatus.DONE)]
+    assert status.project(second, two, generation=1, now=T0) == two

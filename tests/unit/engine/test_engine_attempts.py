@@ -1,0 +1,122 @@
+"""Engine across attempts: a requeued job's next run, checkpoint progress, and hangs."""
+
+from __future__ import annotations
+
+from tests.unit.engine import scenario
+from trainguard.model import vocab, workloads
+
+TEARDOWN = (
+    "slurmstepd: error: *** JOB 30 ON node1 CANCELLED AT 2027-01-15T08:00:05 DUE TO JOB REQUEUE ***",
+    *scenario.ranked(0, *scenario.TRACEBACK),
+    *scenario.ranked(0, "[E ProcessGroupNCCL.cpp:475] [Rank 0] Watchdog caught collective operation timeout: "
+                     "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600012 milliseconds"),
+)
+"""What the old attempt's processes print while Slurm tears them down for the requeue: a fresh
+detector would read an application crash into it."""
+
+
+async def anomaly_attempts(h: scenario.Harness, job_id: str) -> list[int]:
+    return [r.attempt for r in await h.records(job_id, vocab.AuditKind.ANOMALY)]
+
+
+async def test_a_new_attempt_gets_its_detector_only_once_it_runs(make_harness: scenario.MakeHarness) -> None:
+    h = await make_harness()
+    h.submit("30")
+    h.write("30", *scenario.ranked(1, *scenario.TRACEBACK))
+    await h.step()
+    await h.settle()
+    assert h.scheduler.jobs["30"].attempt == 1  # requeued by the application advice
+    assert h.scheduler.jobs["30"].state is workloads.JobState.PENDING
+
+    await h.step()  # discovery sees attempt 1, still pending
+    h.write("30", *TEARDOWN)
+    await h.step()
+    await h.settle()
+
+    rt = h.runtime("30")
+    old = rt.detector
+    assert old is not None and old.attempt == 0 and rt.detector_attempt == 0
+    assert await anomaly_attempts(h, "30") == [0]
+
+    h.scheduler.start("30", ["node3", "node4"])
+    await h.step()
+    assert rt.detector is not old and rt.detector is not None
+    assert (rt.detector.attempt, rt.detector_attempt) == (1, 1)
+    h.write("30", *scenario.ranked(0, "iteration 1 loss 2.3"), *scenario.ranked(1, "iteration 1 loss 2.3"))
+    await h.step()
+    await h.settle()
+    assert await anomaly_attempts(h, "30") == [0]
+
+    # the new detector does watch attempt 1, with the new node list (rank 1 -> node4)
+    h.write("30", *scenario.ranked(1, scenario.XID_79))
+    await h.step()
+    await h.settle()
+    assert await anomaly_attempts(h, "30") == [0, 1]
+    advice = await h.advice("30")
+    assert [(a["attempt"], a["action"], a["exclusions"]) for a in advice] == [
+        (0, "requeue", []), (1, "requeue", ["node4"])]
+
+
+async def test_attempts_without_a_new_checkpoint_stop_the_job(make_harness: scenario.MakeHarness) -> None:
+    h = await make_harness()
+    h.submit("31", "trainguard policy=act max-retries=5 max-attempts-without-checkpoint=2")
+
+    # attempt 0 saves a checkpoint, then crashes: requeue
+    h.write("31", *scenario.ranked(0, "iteration 100 loss 2.0", "saved checkpoint to /ckpt/iter_100"),
+            *scenario.ranked(1, *scenario.TRACEBACK))
+    await h.step()
+    await h.settle()
+    # attempts 1 and 2 crash without saving one: requeue once more, then stop
+    for _ in (1, 2):
+        h.scheduler.start("31", ["node1", "node2"])
+        await h.step()
+        h.write("31", *scenario.ranked(0, "iteration 100 loss 2.0"), *scenario.ranked(1, *scenario.TRACEBACK))
+        await h.step()
+        await h.settle()
+
+    advice = await h.advice("31")
+    assert [(a["attempt"], a["action"]) for a in advice] == [(0, "requeue"), (1, "requeue"), (2, "stop")]
+    assert any("2 attempts in a row without a new checkpoint" in reason for reason in advice[2]["reasons"])
+    assert h.mutations("31") == ["requeue", "requeue", "cancel"]
+    history = h.runtime("31").history
+    assert [(a.attempt, a.checkpoint_saved) for a in history.attempts] == [(0, True), (1, False), (2, False)]
+
+
+async def test_checkpoint_lines_keep_the_retry_going(make_harness: scenario.MakeHarness) -> None:
+    """The control for the test above: the same crashes, each after a new checkpoint, are requeued."""
+    h = await make_harness()
+    h.submit("33", "trainguard policy=act max-retries=5 max-attempts-without-checkpoint=2")
+    for attempt in (0, 1, 2):
+        if attempt:
+            h.scheduler.start("33", ["node1", "node2"])
+            await h.step()
+        h.write("33", *scenario.ranked(0, f"Saving checkpoint at iteration {100 * (attempt + 1)}"),
+                *scenario.ranked(1, *scenario.TRACEBACK))
+        await h.step()
+        await h.settle()
+
+    advice = await h.advice("33")
+    assert [(a["attempt"], a["action"]) for a in advice] == [(0, "requeue"), (1, "requeue"), (2, "requeue")]
+    assert h.mutations("33") == ["requeue"] * 3
+
+
+async def test_progress_then_silence_past_the_hang_timeout_requeues(make_harness: scenario.MakeHarness) -> None:
+    h = await make_harness()  # policy act: hangTimeout 60s
+    h.submit("32")
+    h.write("32", *scenario.ranked(0, "iteration 1 loss 2.3"), *scenario.ranked(1, "iteration 1 loss 2.3"))
+    await h.step()
+    await h.step(30)
+    h.write("32", *scenario.ranked(0, "iteration 2 loss 2.2"), *scenario.ranked(1, "iteration 2 loss 2.2"))
+    await h.step()
+
+    await h.step(60)  # exactly the timeout: not yet
+    assert await h.records("32") == []
+    await h.step(1)
+    await h.recoveries()
+
+    [anomaly] = await h.records("32", vocab.AuditKind.ANOMALY)
+    assert (anomaly.payload["symptom"], anomaly.payload["category"]) == ("hang", "progress_stalled")
+    [advice] = await h.advice("32")
+    assert (advice["action"], advice["exclusions"]) == ("requeue", [])
+    assert h.mutations("32") == ["requeue"]
+    assert h.scheduler.jobs["32"].attempt == 1
