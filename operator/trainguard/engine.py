@@ -221,8 +221,9 @@ class Engine:
             if opt_in is None:
                 continue
             spec, _ = self._effective_spec(rt.job, opt_in)
-            if spec is not None and rt.matcher is None:
+            if spec is not None:
                 rt.matcher = self._matcher_for(rt.policy_name, spec)
+                rt.checkpoint_re = re.compile(spec.detection.checkpoint_regex)
             rt.spec = spec
 
     async def _track(self, job: workloads.JobSnapshot) -> None:

@@ -1,15 +1,13 @@
 """`trainguard operator`: the recovery loop as a Kubernetes operator (kopf).
 
 A thin shell like ``cli/run.py``: it parses flags and environment into one
-``OperatorConfig`` and hands it to ``trainguard.k8s.operator``. That module is loaded by name
-(``importlib``), not imported: the shells are independent layers (.importlinter) and kopf may be
-imported only under ``k8s/``; the CLI only dispatches to it.
+``OperatorConfig`` and hands it to ``trainguard.k8s.operator``, imported inside ``run`` so that
+the other sub-commands never load kopf.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
@@ -106,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     namespaces = tuple(args.namespace) if not args.all_namespaces else ()
     if not namespaces and not args.all_namespaces:
         namespaces = (own,)
-    operator = importlib.import_module("trainguard.k8s.operator")
+    from trainguard.k8s import operator
+
     config = operator.OperatorConfig(
         scheduler=args.scheduler,
         namespaces=namespaces,
