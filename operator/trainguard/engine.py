@@ -220,11 +220,12 @@ class Engine:
             opt_in = overrides.parse_opt_in(rt.job.comment)
             if opt_in is None:
                 continue
-            spec, _ = self._effective_spec(rt.job, opt_in)
+            spec, errors = self._effective_spec(rt.job, opt_in)
             if spec is not None:
                 rt.matcher = self._matcher_for(rt.policy_name, spec)
-                rt.checkpoint_re = re.compile(spec.detection.checkpoint_regex)
+            rt.checkpoint_re = re.compile(spec.detection.checkpoint_regex) if spec is not None else None
             rt.spec = spec
+            rt.opt_in_errors = errors
 
     async def _track(self, job: workloads.JobSnapshot) -> None:
         now = self.clock.now()
@@ -280,7 +281,7 @@ class Engine:
             throughput_window_s=d.throughput_window,
             settle_s=d.settle,
         )
-        rank_map = hosts.RankMap(job.nodes, 1 if job.nodes else None)
+        rank_map = hosts.RankMap(job.nodes, _tasks_per_node(job))
         rt.detector = stream.WorkloadDetector(
             rt.matcher, settings, self.clock, workload=rt.workload, attempt=job.attempt, rank_map=rank_map
         )
@@ -299,7 +300,10 @@ class Engine:
             self._open_tailers(rt)
         # A new attempt gets a new detector once it runs: until then, lines still arriving from the
         # old attempt's teardown (slurmstepd "CANCELLED ... DUE TO JOB REQUEUE") go to the old one.
-        if rt.detector is None or (job.attempt > rt.detector_attempt and job.state == workloads.JobState.RUNNING):
+        # An attempt first seen already failed (it started and died between two listings) gets its
+        # own detector too, so its exit state is judged.
+        ran = job.state == workloads.JobState.RUNNING or job.state in _FAILED_STATES
+        if rt.detector is None or (job.attempt > rt.detector_attempt and ran):
             if rt.detector is not None:
                 await self._drain(rt)
             self._new_detector(rt, job)
@@ -308,6 +312,9 @@ class Engine:
             rt.finished_at = None
         elif not first and job.state != previous.state:
             await self.store.record_attempt(workload=rt.workload, attempt=job.attempt, at=now, state=job.state.value)
+        if rt.detector is not None and rt.detector.attempt == job.attempt and job.nodes and job.nodes != previous.nodes:
+            # First seen pending: the rank -> node layout exists only once the job runs.
+            rt.detector.rank_map = hosts.RankMap(job.nodes, _tasks_per_node(job))
         if job.state.finished and (first or not previous.state.finished):
             await self._drain(rt)
             rt.finished_at = now
@@ -343,7 +350,10 @@ class Engine:
                 self._new_detector(rt, rt.job)  # a policy now covers it (e.g. a RecoveryPolicy appeared)
             await self._drain(rt)
             if rt.detector is not None:
+                running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt
                 for anomaly in rt.detector.tick():
+                    if not running and anomaly.symptom in (vocab.Symptom.HANG, vocab.Symptom.STRAGGLER):
+                        continue  # the silence or slowness of a run that is not running is no hang
                     await self._handle(rt, anomaly)
 
     async def _drain(self, rt: WorkloadRuntime) -> None:
@@ -402,7 +412,10 @@ class Engine:
             partition_nodes=await self._partition_nodes(job.partition),
         )
         rt.history = ledger.record_advice(rt.history, attempt, generation, item.action, item.exclude_nodes)
-        rt.advised[attempt] = verdict.attribution.value
+        # An advice that asks for nothing (a recorded straggler) must not keep a later real failure
+        # of the same attempt from being advised.
+        acted = item.action != vocab.AdviceAction.NONE
+        rt.advised[attempt] = verdict.attribution.value if acted else vocab.Attribution.NONE.value
         await self.store.record_advice(item, at=self.clock.now())  # durable before anything is done
         rt.last_advice = item
         rt.disposition = vocab.Disposition.PENDING
@@ -456,8 +469,12 @@ class Engine:
 
     async def _blast_limit(self, item: advice.Advice) -> str | None:
         rt = self.runtimes.get(item.workload)
-        if rt is None or rt.spec is None:
-            return None
+        spec = rt.spec if rt is not None else None
+        if spec is None:  # e.g. advice resumed by recover() before discovery ran
+            policy = self.policies.get(item.policy or None)
+            if policy is None:
+                return f"policy {item.policy or loader.DEFAULT_NAME!r} no longer exists"
+            spec = policy.spec
         now = self.clock.now()
         rows = await self.store.actions_by_operation(list(actions.Operation), since=now - blast_radius.WINDOW_S)
         # One operation per carried-out advice generation (a requeue with exclusions is three scheduler
@@ -475,7 +492,7 @@ class Engine:
         nodes = await self.scheduler.list_nodes()
         ours = sum(1 for n in nodes if n.drained and n.reason.startswith(base.OUR_REASON_PREFIX))
         return blast_radius.check(
-            rt.spec, advice=item, recent_actions=recent, partition_nodes=max(len(nodes), 1), drained_by_us=ours,
+            spec, advice=item, recent_actions=recent, partition_nodes=max(len(nodes), 1), drained_by_us=ours,
             now=now,
         )
 
@@ -504,6 +521,13 @@ _STRENGTH = {
 def _stronger(verdict: verdicts.Verdict, earlier: str) -> bool:
     """A second advice for the same attempt only when the new verdict is stronger evidence."""
     return _STRENGTH.get(verdict.attribution.value, 0) > _STRENGTH.get(earlier, 0)
+
+
+def _tasks_per_node(job: workloads.JobSnapshot) -> int | None:
+    """The rank layout: even tasks per node, or one per node when the scheduler did not say."""
+    if job.num_tasks is None:
+        return 1 if job.nodes else None
+    return job.tasks_per_node
 
 
 def _category(value: str) -> vocab.Category:

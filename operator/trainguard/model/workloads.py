@@ -41,7 +41,7 @@ class JobSnapshot(BaseModel):
 
     ``attempt`` is the scheduler's restart count (Slurm ``Restarts``); the identity of a
     run is (workload, attempt). ``held`` is true when the job is held (user or admin,
-    Priority=0 / requeue-hold); ``held_by_us`` when our own tag is on the hold.
+    Priority=0 / requeue-hold); whether the hold is ours is known from our own action rows.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -62,11 +62,21 @@ class JobSnapshot(BaseModel):
     stderr_path: str | None = None
     held: bool = False
     requeue_allowed: bool = True
+    num_tasks: int | None = None
+    """Tasks of the job (Slurm ``NumTasks``); with ``nodes`` it gives the rank layout."""
     array_job_id: str | None = None
     array_task_id: str | None = None
     submitted_at: float | None = None
     started_at: float | None = None
     ended_at: float | None = None
+
+
+    @property
+    def tasks_per_node(self) -> int | None:
+        """Tasks per node under an even layout (Slurm's default block distribution), else None."""
+        if not self.num_tasks or not self.nodes or self.num_tasks % len(self.nodes):
+            return None
+        return self.num_tasks // len(self.nodes)
 
 
 class NodeSnapshot(BaseModel):
