@@ -80,6 +80,10 @@ class WorkloadRuntime:
     last_verdict: verdicts.Verdict | None = None
     last_advice: advice.Advice | None = None
     disposition: vocab.Disposition | None = None
+    deferred: collections.deque[tuple[anomalies.Anomaly, verdicts.Verdict, int]] = field(
+        default_factory=collections.deque
+    )
+    """Decisions waiting for the recovery in flight (``task``) to finish."""
     recent: collections.deque[dict[str, object]] = field(default_factory=lambda: collections.deque(maxlen=20))
     """The latest audit records of this workload (kind, time, summary), newest last: the view
     that Kubernetes status and the console show; the audit store stays the durable log."""
@@ -402,8 +406,19 @@ class Engine:
                         earlier, anomaly.category.value)
             return
         if rt.task is not None and not rt.task.done():
-            # The previous generation is still being carried out; a new one would race it.
-            await rt.task
+            # The previous generation is still being carried out; a new one would race it. Decide
+            # after it, in its task, so that detection of every other workload goes on meanwhile.
+            rt.deferred.append((anomaly, verdict, attempt))
+            return
+        item = await self._decide(rt, anomaly, verdict, attempt)
+        if item is not None:
+            rt.task = self._spawn(self._carry_out(rt, item), f"recover:{rt.workload}:{attempt}:{item.generation}")
+
+    async def _decide(
+        self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, verdict: verdicts.Verdict, attempt: int
+    ) -> advice.Advice | None:
+        """Policy -> the next advice generation, recorded before anything is done; None if it asks nothing."""
+        assert rt.spec is not None
         generation = rt.history.advice_generation + 1
         job = await self._fresh_job(rt)
         item = decide.decide(
@@ -420,18 +435,25 @@ class Engine:
         rt.last_advice = item
         rt.disposition = vocab.Disposition.PENDING
         await self._notify(rt, vocab.AuditKind.ADVICE, item.model_dump(mode="json"))
-        if item.action == vocab.AdviceAction.NONE:
+        if not acted:
             rt.disposition = vocab.Disposition.CONVERGED
-            return
-        rt.task = self._spawn(self._carry_out(rt, item), f"recover:{rt.workload}:{attempt}:{generation}")
+            return None
+        return item
 
-    async def _carry_out(self, rt: WorkloadRuntime, item: advice.Advice) -> None:
-        disposition = await self.executor.reconcile(item)
-        rt.disposition = disposition
-        outcome: dict[str, object] = {"generation": item.generation, "disposition": disposition.value}
-        await self._notify(rt, vocab.AuditKind.OUTCOME, outcome)
-        logger.info("%s attempt %d generation %d: %s -> %s", item.workload, item.attempt, item.generation,
-                    item.action.value, disposition.value)
+    async def _carry_out(self, rt: WorkloadRuntime, item: advice.Advice | None) -> None:
+        """Carry out ``item``, then any decision that waited for it (stronger evidence meanwhile)."""
+        while True:
+            if item is not None:
+                disposition = await self.executor.reconcile(item)
+                rt.disposition = disposition
+                outcome: dict[str, object] = {"generation": item.generation, "disposition": disposition.value}
+                await self._notify(rt, vocab.AuditKind.OUTCOME, outcome)
+                logger.info("%s attempt %d generation %d: %s -> %s", item.workload, item.attempt, item.generation,
+                            item.action.value, disposition.value)
+            if not rt.deferred or rt.spec is None:
+                return
+            anomaly, verdict, attempt = rt.deferred.popleft()
+            item = await self._decide(rt, anomaly, verdict, attempt)
 
     async def _attribute(
         self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, attempt: int, now: float

@@ -12,8 +12,10 @@ are loud and numerous but are symptoms (NVRx, Meta's "misleading proximal cause"
 2. a specific error (CUDA error, OOM, segfault, a Python exception that is not itself a
    distributed-backend symptom, filesystem, rendezvous) outranks
 3. hardware *warnings* (e.g. an NCCL NET/IB retry warning), which outrank
-4. cascade symptoms (NCCL timeouts, ``remote process exited``, aborts, ``Killed``);
-5. other warnings and info lines are context, never a cause.
+4. a task killed by a signal (``srun: error: node2: task 1: Killed``), which outranks
+5. cascade symptoms (NCCL timeouts, ``remote process exited``, peers' connection resets,
+   SIGTERM/SIGABRT teardown);
+6. other warnings and info lines are context, never a cause.
 
 Within a class the earliest line wins. Suspects are only the node/rank of the initiating event
 (for hardware, every node with hardware evidence). When only timeouts are present, the rank
@@ -70,8 +72,9 @@ class Rank(enum.IntEnum):
     HARDWARE = 0
     SPECIFIC = 1
     HARDWARE_WARNING = 2
-    CASCADE = 3
-    CONTEXT = 4
+    KILLED = 3
+    CASCADE = 4
+    CONTEXT = 5
 
 
 def classify(evidence: anomalies.Evidence) -> Rank:
@@ -81,6 +84,11 @@ def classify(evidence: anomalies.Evidence) -> Rank:
         return Rank.HARDWARE if serious else Rank.HARDWARE_WARNING
     if not serious or evidence.category == C.NONE:
         return Rank.CONTEXT
+    if evidence.category == C.PROCESS_SIGNAL_KILLED and not _CASCADE_TEXT.search(evidence.text):
+        # A task killed outright (SIGKILL: `srun: error: node2: task 1: Killed`, kill -9, the OOM
+        # killer) starts a cascade; its peers' "Connection reset by peer" / SIGTERM lines follow it,
+        # sometimes read in the same batch and printed first.
+        return Rank.KILLED
     if evidence.category in CASCADE_CATEGORIES:
         return Rank.CASCADE
     if evidence.category in TEXT_DECIDES and _CASCADE_TEXT.search(evidence.text):

@@ -395,6 +395,10 @@ def our_reason(reason: str) -> str:
 # ---------------------------------------------------------------- scheduler answers
 
 GONE_MESSAGES = ("Invalid job id specified", "Invalid job id")
+EXCLUDABLE_STATES = frozenset({workloads.JobState.PENDING, workloads.JobState.COMPLETING})
+"""States in which Slurm accepts ``ExcNodeList``: pending, and the COMPLETING that follows a
+``requeuehold`` while the old processes die (checked on 22.05: the exclusion is kept). Waiting
+for PENDING instead lets the watchdog release the hold first, and the job runs on the bad node."""
 PENDING_MESSAGE = "Job is pending execution"
 NOT_PENDING_MESSAGE = "Job is no longer pending execution"
 FINISHED_MESSAGE = "Job has already finished"

@@ -172,7 +172,7 @@ class SlurmCommandScheduler:
         if merged == list(job.excluded_nodes):
             logger.info("%s: %s already excludes %s", self.name, job_id, ",".join(nodes))
             return
-        if job.state is not workloads.JobState.PENDING:
+        if job.state not in slurm_cli.EXCLUDABLE_STATES:
             raise base.SchedulerError(
                 f"{self.name}: excluded nodes can only change while a job is pending; {job_id} is {job.state}"
             )

@@ -199,7 +199,7 @@ class SlurmRest:
         merged = list(job.excluded_nodes) + [n for n in dict.fromkeys(nodes) if n not in job.excluded_nodes]
         if merged == list(job.excluded_nodes):
             return
-        if job.state is not workloads.JobState.PENDING:
+        if job.state not in slurm_cli.EXCLUDABLE_STATES:
             raise base.SchedulerError(
                 f"{self.name}: excluded nodes can only change while a job is pending; {job_id} is {job.state}"
             )

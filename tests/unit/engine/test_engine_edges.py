@@ -1,28 +1,14 @@
-"""Engine edge cases found by reading the loop: first sight while pending, attempts seen only
-after they ended, silence of a run that is no longer running, late policy coverage, a resumed
-advice's blast-radius check, and a record-only straggler advice followed by a crash."""
+"""Engine edge cases found by reading the loop (each was a bug, fixed in the engine): first sight
+while pending, the rank layout of several tasks per node, attempts seen only after they ended,
+silence of a run that is no longer running, late policy coverage, a resumed advice's
+blast-radius check, and a record-only straggler advice followed by a crash."""
 
 from __future__ import annotations
-
-import pytest
 
 from tests.unit.engine import scenario
 from trainguard.model import advice as advice_mod
 from trainguard.model import vocab, workloads
 from trainguard.policy import loader
-
-BUG_1 = pytest.mark.xfail(strict=True, reason="engine bug: a detector made while the job is pending keeps an empty "
-                          "rank map; _update must seed it from job.nodes once the same attempt runs")
-BUG_2 = pytest.mark.xfail(strict=True, reason="engine bug: _update makes the new attempt's detector only when it is "
-                          "seen RUNNING, so an attempt first seen FAILED is never concluded")
-BUG_3 = pytest.mark.xfail(strict=True, reason="engine bug: tail() ticks the old attempt's hang clock while the job "
-                          "waits requeued; silence of a run that is not running is reported as a hang")
-BUG_4 = pytest.mark.xfail(strict=True, reason="engine bug: _refresh_specs never sets checkpoint_re, so a workload "
-                          "covered after update_policies ignores its checkpoint lines")
-BUG_5 = pytest.mark.xfail(strict=True, reason="engine bug: _blast_limit allows everything when the workload has no "
-                          "runtime yet, as for advice resumed by recover() before discovery")
-BUG_6 = pytest.mark.xfail(strict=True, reason="engine bug: a record-only advice (action none, e.g. a straggler) sets "
-                          "advised[attempt], so a later crash of equal attribution (unknown) gets no advice")
 
 LATER = """
 apiVersion: trainguard.dev/v1alpha1
@@ -35,7 +21,6 @@ spec:
 """
 
 
-@BUG_1
 async def test_a_job_first_seen_pending_gets_its_nodes_once_it_runs(make_harness: scenario.MakeHarness) -> None:
     """Every job is pending before it runs: the rank -> node layout must come from the running job."""
     h = await make_harness()
@@ -53,7 +38,35 @@ async def test_a_job_first_seen_pending_gets_its_nodes_once_it_runs(make_harness
     assert h.scheduler.jobs["70"].excluded_nodes == ["node2"]
 
 
-@BUG_2
+async def test_the_rank_layout_follows_the_jobs_task_count(make_harness: scenario.MakeHarness) -> None:
+    """16 tasks on 2 nodes: ranks 8-15 run on the second node (Slurm's block distribution)."""
+    h = await make_harness()
+    h.submit("78", num_tasks=16)
+    h.write("78", *scenario.ranked(9, scenario.XID_79))
+
+    await h.step()
+    await h.settle()
+
+    [advice] = await h.advice("78")
+    assert advice["exclusions"] == ["node2"]
+
+
+async def test_an_uneven_layout_names_no_node_from_a_rank_alone(make_harness: scenario.MakeHarness) -> None:
+    """3 tasks on 2 nodes: which node ran rank 1 is not known, so nothing is excluded on a guess."""
+    h = await make_harness()
+    h.submit("79", num_tasks=3)
+    h.write("79", *scenario.ranked(1, scenario.XID_79))
+
+    await h.step()
+    await h.settle()
+
+    [verdict] = await h.records("79", vocab.AuditKind.VERDICT)
+    assert (verdict.payload["attribution"], verdict.payload["nodes"]) == ("hardware", [])
+    [advice] = await h.advice("79")
+    assert (advice["action"], advice["exclusions"]) == ("requeue", [])
+    assert h.mutations("79") == ["requeue"]
+
+
 async def test_an_attempt_first_seen_after_it_failed_is_still_handled(make_harness: scenario.MakeHarness) -> None:
     """The requeued run starts and fails between two discovery rounds (a slow poll, a fast failure)."""
     h = await make_harness()
@@ -74,7 +87,6 @@ async def test_an_attempt_first_seen_after_it_failed_is_still_handled(make_harne
     assert h.scheduler.jobs["71"].attempt == 2
 
 
-@BUG_3
 async def test_a_requeued_job_waiting_in_the_queue_is_not_a_hang(make_harness: scenario.MakeHarness) -> None:
     """Someone else (preemption, an operator) requeued a healthy job; it waits longer than the hang
     timeout before it runs again. Its old run is over: its silence is not a hang."""
@@ -93,7 +105,6 @@ async def test_a_requeued_job_waiting_in_the_queue_is_not_a_hang(make_harness: s
     assert h.scheduler.mutating_calls() == []
 
 
-@BUG_4
 async def test_checkpoints_count_for_a_workload_a_policy_covers_only_later(
     make_harness: scenario.MakeHarness,
 ) -> None:
@@ -129,7 +140,6 @@ spec:
 """
 
 
-@BUG_5
 async def test_an_advice_resumed_after_a_restart_still_respects_the_blast_radius(
     make_harness: scenario.MakeHarness,
 ) -> None:
@@ -170,7 +180,6 @@ spec:
 """
 
 
-@BUG_6
 async def test_a_recorded_straggler_does_not_swallow_the_crash_that_follows(
     make_harness: scenario.MakeHarness,
 ) -> None:
