@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel
 
 from trainguard.k8s import policy_status, recovery
+from trainguard.model import openapi
 from trainguard.policy import model as policy_model
 
 GROUP: Final = "trainguard.dev"
@@ -56,58 +57,8 @@ nested defaults are applied before the rule runs."""
 
 
 def structural(schema_model: type[BaseModel]) -> dict[str, Any]:
-    """A Kubernetes structural OpenAPI v3 schema of ``schema_model`` (aliases, validation mode).
-
-    ``$ref`` is inlined, ``anyOf [X, null]`` becomes ``X`` + ``nullable``, ``const`` a one-value enum,
-    numeric exclusive bounds OpenAPI 3.0's boolean form; titles, null defaults and
-    ``additionalProperties: false`` (the apiserver prunes unknown fields instead) are dropped.
-    Anything else a structural schema cannot say raises ValueError at generation time.
-    """
-    raw = schema_model.model_json_schema(by_alias=True, mode="validation")
-    definitions: dict[str, Any] = raw.pop("$defs", {})
-    result: dict[str, Any] = _convert(raw, definitions)
-    return result
-
-
-def _convert(node: Any, definitions: Mapping[str, Any]) -> Any:
-    if not isinstance(node, dict):
-        return node
-    node = dict(node)
-    ref = node.pop("$ref", None)
-    if ref is not None:
-        node = {**copy.deepcopy(definitions[ref.rsplit("/", 1)[-1]]), **node}
-    any_of = node.pop("anyOf", None)
-    if any_of is not None:
-        options = [option for option in any_of if option.get("type") != "null"]
-        if len(options) != 1:
-            raise ValueError(f"cannot express anyOf {any_of!r} as a structural schema")
-        node = {**_convert(options[0], definitions), **node}
-        if len(options) != len(any_of):
-            node["nullable"] = True
-    for keyword in ("oneOf", "allOf", "not"):
-        if keyword in node:
-            raise ValueError(f"cannot express {keyword} in a structural schema: {node!r}")
-    if "const" in node:
-        node["enum"] = [node.pop("const")]
-    for bound, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        value = node.get(bound)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            node[inclusive] = value
-            node[bound] = True
-    if node.get("additionalProperties") is False:
-        del node["additionalProperties"]
-    node.pop("title", None)
-    if "default" in node and node["default"] is None:
-        del node["default"]
-    result: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "properties":
-            result[key] = {name: _convert(prop, definitions) for name, prop in value.items()}
-        elif key in ("items", "additionalProperties"):
-            result[key] = _convert(value, definitions)
-        else:
-            result[key] = value
-    return result
+    """A Kubernetes structural OpenAPI v3 schema of ``schema_model`` (``model.openapi``)."""
+    return openapi.structural_schema(schema_model)
 
 
 def _with_rules(schema: dict[str, Any], rules: Mapping[tuple[str, ...], list[dict[str, str]]]) -> dict[str, Any]:

@@ -13,7 +13,6 @@ plain number of seconds.
 
 from __future__ import annotations
 
-import copy
 import enum
 from typing import Annotated, Any, Final, Literal
 
@@ -29,7 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from trainguard.model import patterns, vocab
+from trainguard.model import openapi, patterns, vocab
 from trainguard.policy import durations
 
 API_VERSION = "trainguard.dev/v1alpha1"
@@ -342,61 +341,12 @@ class RecoveryPolicy(BaseModel):
 
 
 def crd_openapi_schema() -> dict[str, Any]:
-    """A Kubernetes structural OpenAPI v3 schema of ``RecoveryPolicySpec``.
+    """A Kubernetes structural OpenAPI v3 schema of ``RecoveryPolicySpec`` (``model.openapi``).
 
-    Derived from ``model_json_schema`` so defaults and bounds have one source: ``$ref`` inlined,
-    ``anyOf [X, null]`` turned into ``X`` + ``nullable: true``, ``const`` into a one-value enum,
-    numeric ``exclusiveMinimum``/``Maximum`` into OpenAPI 3.0's boolean form, ``additionalProperties:
-    false`` dropped (the apiserver prunes unknown fields; our loader rejects them), titles and null
-    defaults dropped, list defaults taken from a default spec, and ``default: {}`` on nested objects
-    so the apiserver fills in their fields' defaults.
+    Derived from ``model_json_schema`` so defaults and bounds have one source; list defaults come
+    from a default spec, and nested objects get ``default: {}`` so the apiserver fills in their
+    fields' defaults.
     """
-    raw = RecoveryPolicySpec.model_json_schema(by_alias=True, mode="validation")
-    definitions: dict[str, Any] = raw.pop("$defs", {})
     defaults = RecoveryPolicySpec().model_dump(by_alias=True, mode="json")
-    result: dict[str, Any] = _structural(raw, definitions, defaults)
-    return result
+    return openapi.structural_schema(RecoveryPolicySpec, defaults=defaults)
 
-
-def _structural(node: Any, definitions: dict[str, Any], defaults: Any) -> Any:
-    if not isinstance(node, dict):
-        return node
-    node = dict(node)
-    ref = node.pop("$ref", None)
-    if ref is not None:
-        target = copy.deepcopy(definitions[ref.rsplit("/", 1)[-1]])
-        node = {**target, **node}
-    any_of = node.pop("anyOf", None)
-    if any_of is not None:
-        options = [option for option in any_of if option.get("type") != "null"]
-        if len(options) != 1:
-            raise ValueError(f"cannot express anyOf {any_of!r} as a structural schema")
-        node = {**options[0], **node}
-        if len(options) != len(any_of):
-            node["nullable"] = True
-    if "const" in node:
-        node["enum"] = [node.pop("const")]
-    for bound, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        value = node.get(bound)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            node[inclusive] = value
-            node[bound] = True
-    if node.get("additionalProperties") is False:
-        del node["additionalProperties"]
-    node.pop("title", None)
-    if "default" in node and node["default"] is None:
-        del node["default"]
-    result: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "properties":
-            nested = defaults if isinstance(defaults, dict) else {}
-            result[key] = {name: _structural(prop, definitions, nested.get(name)) for name, prop in value.items()}
-        elif key in ("items", "additionalProperties"):
-            result[key] = _structural(value, definitions, None)
-        else:
-            result[key] = value
-    if result.get("type") == "object" and "properties" in result and not result.get("required"):
-        result.setdefault("default", {})
-    elif "default" not in result and isinstance(defaults, list):
-        result["default"] = defaults
-    return result
