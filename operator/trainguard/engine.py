@@ -519,8 +519,18 @@ class Engine:
         )
 
     async def sweep(self) -> None:
-        """Watchdog: give up on advice past its deadline, releasing any hold of ours."""
+        """Watchdog: give up on advice past its deadline, releasing any hold of ours; then release
+        requeued jobs whose retry backoff (``Advice.release_at``) has passed."""
         await self.executor.watchdog.sweep()
+        now = self.clock.now()
+        for item in await self.store.pending_advice():
+            if item.release_at is None or now < item.release_at:
+                continue
+            rt = self.runtimes.get(item.workload)
+            if rt is None:
+                await self.executor.reconcile(item)
+            elif rt.task is None or rt.task.done():
+                rt.task = self._spawn(self._carry_out(rt, item), f"release:{item.workload}:{item.generation}")
 
     async def _notify(self, rt: WorkloadRuntime, kind: str, payload: dict[str, object]) -> None:
         rt.recent.append({"kind": kind, "at": self.clock.now(), "payload": payload})

@@ -116,6 +116,11 @@ class Executor:
                         at=self._clock.now())
                 return await self._close(item, vocab.Disposition.ABANDONED, f"blocked by blast-radius limit: {blocked}")
         for step in plan:
+            if self._backing_off(item, step, rows.get(step.name)):
+                # Requeued and held; the release waits for the retry backoff. The advice stays
+                # pending: the engine calls reconcile again once ``release_at`` has passed (and
+                # the watchdog's deadline, set past it, still guards the hold).
+                return vocab.Disposition.PENDING
             failure = await self._run_step(item, step, rows.get(step.name))
             if failure:
                 return await self.watchdog.abandon(item, failure)
@@ -124,6 +129,14 @@ class Executor:
         if missing:
             return await self.watchdog.abandon(item, f"verify failed: {'; '.join(missing)}")
         return await self._close(item, vocab.Disposition.CONVERGED, f"verified after {len(plan)} step(s)")
+
+    def _backing_off(self, item: advice.Advice, step: steps.Step, row: actions.ActionRecord | None) -> bool:
+        return (
+            step.operation is actions.Operation.RELEASE
+            and item.release_at is not None
+            and self._clock.now() < item.release_at
+            and (row is None or row.status is actions.ActionStatus.INTENT)
+        )
 
     async def _run_step(self, item: advice.Advice, step: steps.Step, row: actions.ActionRecord | None) -> str:
         """Run one step unless done or in effect; returns a failure reason, or "" on success."""

@@ -99,13 +99,13 @@ def plan(item: advice.Advice, job_id: str) -> list[Step]:
     base = item.attempt
     steps: list[Step] = []
     match item.action:
-        case vocab.AdviceAction.REQUEUE if item.exclude_nodes:
-            steps += [
-                Step("requeue_hold", actions.Operation.REQUEUE_HOLD, job_id, baseline_attempt=base),
-                Step("exclude_nodes", actions.Operation.EXCLUDE_NODES, job_id, tuple(sorted(set(item.exclude_nodes))),
-                     baseline_attempt=base),
-                Step("release", actions.Operation.RELEASE, job_id, baseline_attempt=base),
-            ]
+        case vocab.AdviceAction.REQUEUE if item.exclude_nodes or item.release_at is not None:
+            # Held while it is changed (exclusions: pending jobs only) or until the retry backoff ends.
+            steps.append(Step("requeue_hold", actions.Operation.REQUEUE_HOLD, job_id, baseline_attempt=base))
+            if item.exclude_nodes:
+                steps.append(Step("exclude_nodes", actions.Operation.EXCLUDE_NODES, job_id,
+                                  tuple(sorted(set(item.exclude_nodes))), baseline_attempt=base))
+            steps.append(Step("release", actions.Operation.RELEASE, job_id, baseline_attempt=base))
         case vocab.AdviceAction.REQUEUE:
             steps.append(Step("requeue", actions.Operation.REQUEUE, job_id, baseline_attempt=base))
         case vocab.AdviceAction.HOLD:

@@ -27,5 +27,8 @@ class Advice(BaseModel):
     reasons: list[str] = Field(default_factory=list)
     mode: vocab.Mode = vocab.Mode.MONITOR
     deadline: float | None = None
+    release_at: float | None = None
+    """For a requeue under a retry backoff: the job is requeued held and released no earlier than
+    this (epoch seconds). None: released at once."""
     decided_by: vocab.Decider = vocab.Decider.POLICY_ENGINE
     policy: str = ""

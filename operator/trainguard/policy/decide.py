@@ -73,7 +73,9 @@ def decide(
     """
     reasons: list[str] = []
 
-    def make(action: vocab.AdviceAction, exclude: Sequence[str] = (), drain: Sequence[str] = ()) -> advice.Advice:
+    def make(
+        action: vocab.AdviceAction, exclude: Sequence[str] = (), drain: Sequence[str] = (), delay: float = 0.0
+    ) -> advice.Advice:
         return advice.Advice(
             workload=workload,
             attempt=attempt,
@@ -83,7 +85,8 @@ def decide(
             drain_nodes=list(drain),
             reasons=reasons,
             mode=spec.mode,
-            deadline=now + spec.watchdog.deadline,
+            deadline=now + delay + spec.watchdog.deadline,
+            release_at=now + delay if delay > 0 else None,
             decided_by=vocab.Decider.POLICY_ENGINE,
             policy=policy_name,
         )
@@ -122,19 +125,28 @@ def decide(
     action = _allowed(spec, wanted, reasons)
     if action != Action.REQUEUE and exclude:
         exclude = []
+    delay = 0.0
+    if action == Action.REQUEUE:
+        delay = retry_delay(spec, attempt)  # retry number attempt + 1 of this workload
+        if delay > 0:
+            reasons.append(f"retry backoff: released {delay:.0f} s after the requeue (retries.backoff)")
     if spec.mode == vocab.Mode.MONITOR:
         reasons.append("Monitor mode: recorded, not carried out")
-    return make(action, exclude, drain)
+    return make(action, exclude, drain, delay)
 
 
 def retry_delay(spec: model.RecoveryPolicySpec, retries_used: int) -> float:
     """Seconds to wait before retry number ``retries_used + 1`` may start (``retries.backoff``).
 
-    ``initialSeconds * factor ** retries_used``, capped at ``maxSeconds``. The Advice carries no
-    delay field: the executor applies it between requeue-hold and release.
+    The first retry is immediate (most failures are one-off: a bad node excluded, a transient
+    fault); retry ``n + 1`` for ``n >= 1`` waits ``initialSeconds * factor ** (n - 1)``, capped at
+    ``maxSeconds``. The Advice carries it as ``release_at``; the executor requeues held and releases
+    the job then.
     """
     backoff = spec.retries.backoff
-    exponent = min(max(retries_used, 0), 64)
+    if retries_used <= 0:
+        return 0.0
+    exponent = min(retries_used - 1, 64)
     return float(min(backoff.max_seconds, backoff.initial_seconds * backoff.factor**exponent))
 
 

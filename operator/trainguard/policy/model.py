@@ -101,19 +101,25 @@ class Selector(_Section):
 
 
 class Backoff(_Section):
-    """Delay before a requeued attempt may start again, growing with each retry."""
+    """Delay before a requeued attempt may start again, growing with each retry after the first.
+
+    Carried out by requeueing held and releasing at the advice's ``release_at``.
+    """
 
     initial_seconds: float = Field(
         default=30.0,
         ge=0,
         le=86400,
-        description="Delay before the first retry, in seconds. 30 s lets "
-        "drained nodes and NCCL ports settle without costing much goodput.",
+        description="Delay before the second retry, in seconds (the first retry is immediate: most "
+        "failures are one-off). 30 s lets drained nodes and NCCL ports settle without costing much goodput.",
     )
     max_seconds: float = Field(
         default=600.0, ge=0, le=86400, description="Upper bound of the delay, in seconds (10 min)."
     )
-    factor: float = Field(default=2.0, ge=1.0, le=10.0, description="Multiplier per retry (exponential backoff).")
+    factor: float = Field(
+        default=2.0, ge=1.0, le=10.0,
+        description="Multiplier per further retry: retry n+1 (n >= 1) waits initialSeconds x factor^(n-1), capped.",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> Backoff:

@@ -38,11 +38,20 @@ kind: RecoveryPolicy
 metadata: {name: act}
 spec:
   mode: Action
-  retries: {maxRetries: 3, maxAttemptsWithoutCheckpoint: 10}
+  retries: {maxRetries: 3, maxAttemptsWithoutCheckpoint: 10, backoff: {initialSeconds: 0}}
+  detection: {settle: 1s, hangTimeout: 60s}
+---
+apiVersion: trainguard.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: backoff}
+spec:
+  mode: Action
+  retries: {maxRetries: 5, maxAttemptsWithoutCheckpoint: 10, backoff: {initialSeconds: 30, factor: 2}}
   detection: {settle: 1s, hangTimeout: 60s}
 """
-"""Two policies: ``default`` (Monitor) and ``act`` (Action, a generous no-checkpoint budget so
-tests of other rules are not cut short by it)."""
+"""Three policies: ``default`` (Monitor), ``act`` (Action, a generous no-checkpoint budget and
+immediate retries, so tests of other rules are not cut short by them) and ``backoff`` (Action with
+the retry backoff)."""
 
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
 """A kernel Xid line as the training process's output shows it (a hardware fault)."""

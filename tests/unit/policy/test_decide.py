@@ -286,4 +286,22 @@ def test_deterministic() -> None:
 
 def test_retry_delay_grows_and_is_capped() -> None:
     spec = _spec(retries={"backoff": {"initialSeconds": 30, "maxSeconds": 100, "factor": 2}})
-    assert [decide.retry_delay(spec, used) for used in (0, 1, 2, 3, 1000)] == [30.0, 60.0, 100.0, 100.0, 100.0]
+    assert [decide.retry_delay(spec, used) for used in (0, 1, 2, 3, 4, 1000)] == [0.0, 30.0, 60.0, 100.0, 100.0, 100.0]
+
+
+def test_first_retry_is_immediate_and_later_ones_back_off() -> None:
+    first = _decide()
+    assert first.release_at is None
+    assert first.deadline == NOW + 300.0
+    second = _decide(attempt=1)
+    assert second.action == A.REQUEUE
+    assert second.release_at == NOW + 30.0
+    assert second.deadline == NOW + 30.0 + 300.0
+    assert any("retry backoff" in reason for reason in second.reasons)
+
+
+def test_a_stop_carries_no_backoff() -> None:
+    spec = _spec(retries={"maxRetries": 1})
+    result = _decide(spec, attempt=1)
+    assert result.action == A.STOP
+    assert result.release_at is None
