@@ -15,10 +15,13 @@ import asyncio
 import datetime
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainguard.model import vocab
-from trainguard.store import audit, database
+from trainguard.store import location
+
+if TYPE_CHECKING:
+    from trainguard.store import audit
 
 
 def _positive(text: str) -> int:
@@ -45,8 +48,8 @@ def add_parser(sub: Any) -> None:
         "audit", help="print the audit log (detections, verdicts, advice, actions, outcomes)",
         description="Print the audit log, oldest first. Read-only: the database is never created or changed.",
     )
-    parser.add_argument("--db", default=database.DEFAULT_DB_URL, metavar="URL",
-                        help=f"database URL (default: {database.DEFAULT_DB_URL})")
+    parser.add_argument("--db", default=location.DEFAULT_DB_URL, metavar="URL",
+                        help=f"database URL (default: {location.DEFAULT_DB_URL})")
     parser.add_argument("--workload", metavar="ID", help="only records of this workload")
     parser.add_argument("--kind", choices=[k.value for k in vocab.AuditKind], help="only records of this kind")
     parser.add_argument("--since", type=_timestamp, metavar="ISO",
@@ -58,6 +61,8 @@ def add_parser(sub: Any) -> None:
 
 
 async def _read(args: argparse.Namespace) -> list[audit.AuditRecord]:
+    from trainguard.store import database  # here, not at the top: keeps `trainguard --help` light
+
     store = await database.open_store(args.db, readonly=True)
     try:
         return await store.audit_records(
@@ -91,6 +96,8 @@ def _summary(record: audit.AuditRecord) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainguard.store import audit, database
+
     try:
         records = asyncio.run(_read(args))
     except database.StoreError as exc:

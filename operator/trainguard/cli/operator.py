@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainguard import settings as settings_mod
-from trainguard.store import database
+from trainguard.store import location
 
 ACTIONS_ENV = "TRAINGUARD_ACTIONS_ENABLED"
 """Environment form of --allow-action (manifests/base/deployment.yaml sets it to "false")."""
@@ -45,8 +45,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--allow-action", action="store_true", default=None,
                         help=f"cluster-wide Action switch (default: off, or ${ACTIONS_ENV}); policies in Action "
                         "mode act only when it is on")
-    parser.add_argument("--db", default=database.DEFAULT_DB_URL, metavar="URL",
-                        help=f"audit database URL (default: {database.DEFAULT_DB_URL})")
+    parser.add_argument("--db", default=location.DEFAULT_DB_URL, metavar="URL",
+                        help=f"audit database URL (default: {location.DEFAULT_DB_URL})")
     single = parser.add_mutually_exclusive_group()
     single.add_argument("--standalone", action="store_true", default=True,
                         help="one instance, no peering (the default; deploy one replica with strategy Recreate)")

@@ -13,16 +13,14 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainguard import engine as engine_mod
 from trainguard import settings as settings_mod
-from trainguard.detect import catalog as catalog_mod
-from trainguard.model import clock, vocab
-from trainguard.policy import loader
-from trainguard.policy import model as policy_model
-from trainguard.schedulers import factory
-from trainguard.store import audit, database
+from trainguard.store import location
+
+if TYPE_CHECKING:
+    from trainguard.detect import catalog as catalog_mod
+    from trainguard.policy import loader
 
 logger = logging.getLogger("trainguard.run")
 
@@ -47,8 +45,8 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--policy", type=Path, action="append", default=[], metavar="FILE",
                         help="RecoveryPolicy YAML file (repeatable; one or many documents each)")
-    parser.add_argument("--db", default=database.DEFAULT_DB_URL, metavar="URL",
-                        help=f"audit database URL (default: {database.DEFAULT_DB_URL})")
+    parser.add_argument("--db", default=location.DEFAULT_DB_URL, metavar="URL",
+                        help=f"audit database URL (default: {location.DEFAULT_DB_URL})")
     parser.add_argument("--patterns-file", type=Path, action="append", default=[], metavar="FILE",
                         help="extra catalog patterns (YAML, catalog schema); repeatable")
     parser.add_argument("--jwt", default=None, help="slurmrestd token (default: $SLURM_JWT)")
@@ -66,6 +64,10 @@ def add_parser(sub: Any) -> None:
 
 def load_policies(paths: list[Path], mode: str) -> loader.PolicySet:
     """The policies from ``paths``, or the built-in default policy in ``mode``."""
+    from trainguard.model import vocab
+    from trainguard.policy import loader
+    from trainguard.policy import model as policy_model
+
     if paths:
         return loader.load_files(paths)
     spec = policy_model.RecoveryPolicySpec(mode=vocab.Mode.ACTION if mode == "action" else vocab.Mode.MONITOR)
@@ -74,6 +76,10 @@ def load_policies(paths: list[Path], mode: str) -> loader.PolicySet:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The engine's modules are imported here, not at the top, so that other sub-commands start fast.
+    from trainguard.detect import catalog as catalog_mod
+    from trainguard.policy import loader
+
     logging.basicConfig(
         level=getattr(logging, args.log_level), stream=sys.stderr,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
@@ -103,6 +109,11 @@ async def _main(
     args: argparse.Namespace, policies: loader.PolicySet, catalog: catalog_mod.Catalog,
     settings: settings_mod.EngineSettings,
 ) -> int:
+    from trainguard import engine as engine_mod
+    from trainguard.model import clock
+    from trainguard.schedulers import factory
+    from trainguard.store import audit, database
+
     try:
         fallback = None
         if args.scheduler.startswith("slurm-rest:") and args.rest_fallback != "none":

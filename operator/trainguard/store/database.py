@@ -12,7 +12,6 @@ Every failure to open is a ``StoreError`` whose message carries the URL without 
 
 from __future__ import annotations
 
-import os
 import pathlib
 from typing import Any
 
@@ -24,7 +23,7 @@ from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from trainguard.store import audit
+from trainguard.store import audit, location
 
 CONNECT_TIMEOUT_S = 10.0
 """How long to wait for a database server before failing with a clear error (seconds).
@@ -39,17 +38,8 @@ _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncp
 _MIGRATIONS = pathlib.Path(__file__).parent / "alembic"
 
 
-def default_db_path() -> pathlib.Path:
-    """``$TRAINGUARD_HOME/trainguard.db``, else ``$XDG_STATE_HOME`` or ``~/.local/state``/trainguard/trainguard.db."""
-    home = os.environ.get("TRAINGUARD_HOME")
-    if home:
-        return pathlib.Path(home).expanduser() / "trainguard.db"
-    state = os.environ.get("XDG_STATE_HOME") or str(pathlib.Path.home() / ".local" / "state")
-    return pathlib.Path(state).expanduser() / "trainguard" / "trainguard.db"
-
-
-DEFAULT_DB_URL = f"sqlite+aiosqlite:///{default_db_path()}"
-"""The database ``trainguard run`` and ``trainguard audit`` use when ``--db`` is not given."""
+default_db_path = location.default_db_path
+DEFAULT_DB_URL = location.DEFAULT_DB_URL
 
 
 class StoreError(RuntimeError):
