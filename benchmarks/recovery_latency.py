@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="scenario jobs running at once (2-node jobs; default 2 leaves the 4-node cluster room "
                         "to place a requeued job without its excluded node)")
     parser.add_argument("--settle", default=None, metavar="DURATION",
-                        help="the policy's detection.settle (default: the policy default, 30s); e.g. 1s")
+                        help="the policy's detection.settle (default: the policy default, 1s); e.g. 3s")
     parser.add_argument("--workdir", type=Path, default=None, help="job output and the runner's files (default: temp)")
     args = parser.parse_args(argv)
     kinds = [k.strip() for k in args.types.split(",") if k.strip()]
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "concurrency": args.concurrency,
         "wall_seconds": round(time.time() - began, 1),
         "hang_timeout_s": HANG_TIMEOUT_S,
-        "settle": args.settle or "policy default (30s)",
+        "settle": args.settle or "policy default (1s)",
         "scenarios": scenarios,
         "nvidia_recovery_means_s": {
             **NVIDIA_MEANS,

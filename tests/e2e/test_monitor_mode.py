@@ -73,3 +73,42 @@ def test_monitor_mode_records_the_advice_and_changes_nothing_in_slurm(
     assert {a["payload"]["status"] for a in actions} == {"skipped"}, actions
     assert harness.of_kind(records, "outcome", 0)[0]["payload"]["disposition"] == "Monitored"
     assert "slurm-local: requeue" not in runner.log() and "slurm-local: release" not in runner.log()
+
+
+def test_monitor_mode_records_crash_and_hang_advice_and_changes_nothing(
+    slurm_cluster: SlurmCluster, start_trainguard: StartTrainguard, e2e_dir: Path
+) -> None:
+    """The application-crash and hang scenarios under the Monitor switch: advice recorded, Slurm untouched."""
+    runner, policy = start_trainguard("monitor", "monitor-more")
+    workdir = e2e_dir / "jobs-more"
+    opt_in = f"trainguard policy={policy}"
+    crash = harness.submit(slurm_cluster, workdir, job_name="e2e-monitor-crash", nodes=2, steps=80, step_time=0.1,
+                           log_every=5, fault="crash", fault_rank=1, fault_step=15, comment=opt_in)
+    hang = harness.submit(slurm_cluster, workdir, job_name="e2e-monitor-hang", nodes=2, steps=80, step_time=0.1,
+                          log_every=5, fault="hang", fault_rank=1, fault_step=15,
+                          comment=f"{opt_in} hang-timeout=15s")
+    try:
+        crashed = harness.wait_job(slurm_cluster, crash, harness.is_final, timeout=JOB_TIMEOUT, what="final",
+                                   runner=runner, workdir=workdir)
+        hang_records = harness.wait_audit(runner, hang, lambda rs: bool(harness.of_kind(rs, "outcome", 0)),
+                                          timeout=JOB_TIMEOUT, what="hang outcome")
+        crash_records = harness.wait_audit(runner, crash, lambda rs: bool(harness.of_kind(rs, "outcome", 0)),
+                                           timeout=60, what="crash outcome")
+        time.sleep(QUIET_AFTER_END)
+        hung = slurm_cluster.show(hang)
+        later = slurm_cluster.show(crash)
+    finally:
+        harness.cancel_if_active(slurm_cluster, crash)
+        harness.cancel_if_active(slurm_cluster, hang)
+
+    assert (crashed["JobState"], crashed["Restarts"]) == ("FAILED", "0"), harness.diagnosis(runner, workdir, crash)
+    assert (later["JobState"], later["Restarts"]) == ("FAILED", "0")
+    assert (hung["JobState"], hung["Restarts"]) == ("RUNNING", "0"), harness.summary(hung)
+    for records, symptom in ((crash_records, "crash"), (hang_records, "hang")):
+        anomaly = harness.of_kind(records, "anomaly", 0)[0]["payload"]
+        assert anomaly["symptom"] == symptom, anomaly["summary"]
+        (advice,) = harness.of_kind(records, "advice", 0)
+        assert (advice["payload"]["mode"], advice["payload"]["action"]) == ("Monitor", "requeue")
+        assert {a["payload"]["status"] for a in harness.of_kind(records, "action", 0)} == {"skipped"}
+        assert harness.of_kind(records, "outcome", 0)[0]["payload"]["disposition"] == "Monitored"
+    assert "slurm-local: requeue" not in runner.log()
