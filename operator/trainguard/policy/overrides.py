@@ -52,6 +52,10 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
 }
 """Override key -> path of the spec field it sets (camelCase, as in a policy file). Plus ``policy``."""
 
+CEILINGS = frozenset({"max-retries", "max-attempts-without-checkpoint", "max-excluded-nodes"})
+"""Budgets the operator's policy sets as ceilings: a job's comment may lower them, never raise them
+(a job owner must not buy more restarts or exclusions than the cluster's operators allow)."""
+
 _WORD = re.compile(r"""[^\s"'=]+=(?:"[^"]*"|'[^']*')|\S+""")
 _POLICY_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _NESTED_QUANTIFIER = re.compile(r"\([^()]*[*+}][^()]*\)\s*[*+{?]")
@@ -241,10 +245,18 @@ def apply_overrides(spec: model.RecoveryPolicySpec, overrides: dict[str, Any]) -
 def resolve(spec: model.RecoveryPolicySpec, opt_in: OptIn) -> tuple[model.RecoveryPolicySpec, list[str]]:
     """The effective spec for a job and all problems (parse errors plus overrides that did not fit).
 
-    Each override is tried on its own, so one bad value does not discard the others.
+    Each override is tried on its own, so one bad value does not discard the others. Budgets
+    (``CEILINGS``) may only be lowered below the policy's values.
     """
     errors = list(opt_in.errors)
+    document = spec.model_dump(by_alias=True)
     for key, value in opt_in.overrides.items():
+        if key in CEILINGS and isinstance(value, int):
+            section, name = SUPPORTED[key]
+            ceiling = document[section][name]
+            if value > ceiling:
+                errors.append(f"{key}={value} is above the policy's {name} ({ceiling}): a job can only lower it")
+                continue
         try:
             spec = apply_overrides(spec, {key: value})
         except OverrideError as exc:

@@ -52,7 +52,7 @@ def test_mission_example_parses_to_typed_values() -> None:
 
 def test_every_supported_key() -> None:
     opt_in = overrides.parse_opt_in(
-        "trainguard mode=monitor max-retries=4 max-attempts-without-checkpoint=3 hang-timeout=1h "
+        "trainguard mode=monitor max-retries=2 max-attempts-without-checkpoint=1 hang-timeout=1h "
         "progress-regex=iter checkpoint-regex='saved ckpt [0-9]+' throughput-drop-threshold=0.3 "
         "throughput-drop-action=requeue exclude-on-hardware=no max-excluded-nodes=1"
     )
@@ -61,8 +61,8 @@ def test_every_supported_key() -> None:
     spec, errors = overrides.resolve(model.RecoveryPolicySpec(mode=vocab.Mode.ACTION), opt_in)
     assert errors == []
     assert spec.mode == vocab.Mode.MONITOR
-    assert spec.retries.max_retries == 4
-    assert spec.retries.max_attempts_without_checkpoint == 3
+    assert spec.retries.max_retries == 2
+    assert spec.retries.max_attempts_without_checkpoint == 1
     assert spec.detection.hang_timeout == 3600.0
     assert spec.detection.progress_regex == "iter"
     assert spec.detection.checkpoint_regex == "saved ckpt [0-9]+"
@@ -155,3 +155,17 @@ def test_hostile_comments_never_raise_and_never_override(comment: str) -> None:
 def test_control_characters_ignore_all_overrides() -> None:
     opt_in = overrides.parse_opt_in("trainguard policy=gpu max-retries=9\x07")
     assert opt_in == overrides.OptIn(errors=["comment contains control characters: overrides ignored"])
+
+
+@pytest.mark.parametrize(
+    "comment",
+    ["trainguard max-retries=4", "trainguard max-attempts-without-checkpoint=3", "trainguard max-excluded-nodes=5"],
+)
+def test_a_job_cannot_raise_the_policys_budgets(comment: str) -> None:
+    """maxRetries 3, maxAttemptsWithoutCheckpoint 2, maxExcludedNodesPerJob 2 are ceilings."""
+    opt_in = overrides.parse_opt_in(comment)
+    assert opt_in is not None and opt_in.errors == []
+    default = model.RecoveryPolicySpec()
+    spec, errors = overrides.resolve(default, opt_in)
+    assert spec == default
+    assert len(errors) == 1 and "a job can only lower it" in errors[0]
