@@ -59,17 +59,7 @@ bold() { if [ -t 1 ]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' 
 say() { printf '%s  %s\n' "$(date +%T)" "$*"; }
 
 # ------------------------------------------------------------------ 1. virtualenv
-if [ ! -x "$PY" ]; then
-  command -v python3 >/dev/null || tg_die "python3 is not installed (apt-get install python3)"
-  python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
-    tg_die "Python >= 3.11 is needed, python3 is $(python3 -V 2>&1)"
-  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
-    [ "$(id -u)" = 0 ] || tg_die "python3 has no venv module: apt-get install python3-venv (as root)"
-    tg_apt_install python3-venv
-  fi
-  tg_log "creating $VENV"
-  python3 -m venv "$VENV" || tg_die "python3 -m venv $VENV failed"
-fi
+tg_ensure_venv "$VENV"
 if [ ! -x "$TG" ] || ! "$PY" -c 'import torch, trainguard' 2>/dev/null; then
   tg_log "installing trainguard with the training workload into $VENV (torch: this takes a while once)"
   "$PY" -m pip install -q --disable-pip-version-check -e '.[workloads]' ||

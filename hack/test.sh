@@ -24,17 +24,7 @@ VENV=$TG_REPO_ROOT/.venv
 PY=$VENV/bin/python
 
 # ------------------------------------------------------------------ virtualenv
-if [ ! -x "$PY" ]; then
-  command -v python3 >/dev/null || tg_die "python3 is not installed (apt-get install python3)"
-  python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
-    tg_die "Python >= 3.11 is needed, python3 is $(python3 -V 2>&1)"
-  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
-    [ "$(id -u)" = 0 ] || tg_die "python3 has no venv module: apt-get install python3-venv (as root)"
-    tg_apt_install python3-venv
-  fi
-  tg_log "creating $VENV"
-  python3 -m venv "$VENV" || tg_die "python3 -m venv $VENV failed"
-fi
+tg_ensure_venv "$VENV"
 
 stamp=$VENV/.trainguard-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)

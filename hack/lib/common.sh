@@ -91,3 +91,19 @@ tg_write_atomic() {
   chmod "$mode" "$tmp"
   mv -f "$tmp" "$dest"
 }
+
+# tg_ensure_venv DIR: create the virtualenv DIR with python3 >= 3.11 if it does not exist
+# (installing python3-venv when the module is missing and we are root).
+tg_ensure_venv() {
+  local venv=$1
+  [ -x "$venv/bin/python" ] && return 0
+  command -v python3 >/dev/null || tg_die "python3 is not installed (apt-get install python3)"
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+    tg_die "Python >= 3.11 is needed, python3 is $(python3 -V 2>&1)"
+  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    [ "$(id -u)" = 0 ] || tg_die "python3 has no venv module: apt-get install python3-venv (as root)"
+    tg_apt_install python3-venv
+  fi
+  tg_log "creating $venv"
+  python3 -m venv "$venv" || tg_die "python3 -m venv $venv failed"
+}
