@@ -17,7 +17,15 @@ are loud and numerous but are symptoms (NVRx, Meta's "misleading proximal cause"
    SIGTERM/SIGABRT teardown);
 6. other warnings and info lines are context, never a cause.
 
-Within a class the earliest line wins. Suspects are only the node/rank of the initiating event
+Within a class the earliest line wins, except that among cascade symptoms an NCCL timeout wins:
+the SIGABRT/``terminate called`` teardown and "communicator aborted" lines are what the watchdog
+does *after* the timeout, even when a rank prints them first. On one line, the most specific
+category wins (a CUDA error wrapped in a watchdog or Python exception is a CUDA error). When the
+watchdog reports an exception (``... watchdog thread terminated with exception: <reason>``), the
+reason decides whether the line is a cascade: a timeout inside is one, a CUDA error is not. When
+the initiating line's pattern has no attribution hint, a line reporting the same event (same
+class and category, e.g. the ``Killed`` of a batch script and slurmstepd's oom-kill) supplies it.
+Suspects are only the node/rank of the initiating event
 (for hardware, every node with hardware evidence). When only timeouts are present, the rank
 that lags (lower ``SeqNum`` than its peers) or never reports is named, else the elastic
 ``Root Cause`` block's rank/host.
@@ -49,6 +57,9 @@ _CASCADE_TEXT = re.compile(
     r"|exitcode\s*:\s*-(?:6|15)\b|closing signal|Some NCCL operations have failed|watchdog"
     r"|\bAborted\b|\bTerminated\b|process group .*(?:aborted|destroyed)|heartbeat monitor"
 )
+
+_WRAPPED_REASON = re.compile(r"terminated with exception: ")
+"""The watchdog's report of why it ended; only the text after it decides whether it is a cascade."""
 
 DEFAULT_ATTRIBUTION: Mapping[vocab.Category, vocab.Attribution] = {
     C.GPU_XID_HARDWARE: vocab.Attribution.HARDWARE,
@@ -91,7 +102,7 @@ def classify(evidence: anomalies.Evidence) -> Rank:
         return Rank.KILLED
     if evidence.category in CASCADE_CATEGORIES:
         return Rank.CASCADE
-    if evidence.category in TEXT_DECIDES and _CASCADE_TEXT.search(evidence.text):
+    if evidence.category in TEXT_DECIDES and _CASCADE_TEXT.search(_reason_text(evidence.text)):
         return Rank.CASCADE
     return Rank.SPECIFIC
 
@@ -128,12 +139,21 @@ def find_first_cause(
     """
     ordered = sorted(evidence, key=lambda e: e.line)
     ranked = [(classify(e), index, e) for index, e in enumerate(ordered)]
+    ranked = _unwrap(ranked)
     candidates = [item for item in ranked if item[0] < Rank.CONTEXT]
     if all(item[0] == Rank.HARDWARE_WARNING for item in candidates):
         return None  # warnings alone never make a crash; they stay as context
-    best_rank, _, first = min(candidates, key=lambda item: (item[0], item[2].line, _tie_break(item[2]), item[1]))
+    best_rank, _, first = min(
+        candidates, key=lambda item: (item[0], _cascade_order(item), item[2].line, _tie_break(item[2]), item[1])
+    )
     category = first.category
-    hint = (hints or {}).get(first.pattern) or DEFAULT_ATTRIBUTION.get(category, vocab.Attribution.UNKNOWN)
+    hint = _hint(first, hints) or DEFAULT_ATTRIBUTION.get(category, vocab.Attribution.UNKNOWN)
+    if hint == vocab.Attribution.UNKNOWN:
+        for rank_class, _, item in ranked:
+            same_event = rank_class == best_rank and item.category == category
+            if same_event and (other := _hint(item, hints)) not in (None, vocab.Attribution.UNKNOWN):
+                hint = other
+                break
     symptom = vocab.Symptom.CRASH
     if best_rank == Rank.CASCADE and category == C.NCCL_TIMEOUT:
         symptom = vocab.Symptom.HANG
@@ -184,9 +204,51 @@ def find_first_cause(
     )
 
 
+def _unwrap(ranked: list[tuple[Rank, int, anomalies.Evidence]]) -> list[tuple[Rank, int, anomalies.Evidence]]:
+    """A wrapper line (``RuntimeError: <gloo timeout>``, ``DistBackendError: <NCCL error>``) is the
+    line of the error it wraps: when the same line carries a serious non-wrapper category, the
+    wrapper's evidence is context, so the wrapped error's class (cause or cascade) decides."""
+    wrapped_lines = {
+        e.line
+        for rank_class, _, e in ranked
+        if rank_class < Rank.CONTEXT and e.category not in _WRAPPER_CATEGORIES and e.line > 0
+    }
+    return [
+        (Rank.CONTEXT, index, e)
+        if e.category in _WRAPPER_CATEGORIES and e.line in wrapped_lines
+        else (rank_class, index, e)
+        for rank_class, index, e in ranked
+    ]
+
+
+def _reason_text(text: str) -> str:
+    m = _WRAPPED_REASON.search(text)
+    return text[m.end() :] if m else text
+
+
+def _cascade_order(item: tuple[Rank, int, anomalies.Evidence]) -> int:
+    """Among cascade symptoms the NCCL timeout comes first: the aborts around it are its consequence."""
+    return 0 if item[0] == Rank.CASCADE and item[2].category == C.NCCL_TIMEOUT else 1
+
+
+def _hint(item: anomalies.Evidence, hints: Mapping[str, vocab.Attribution] | None) -> vocab.Attribution | None:
+    return (hints or {}).get(item.pattern)
+
+
+_WRAPPER_CATEGORIES = frozenset({C.PYTHON_EXCEPTION, C.NCCL_ERROR})
+"""Categories of lines that wrap another error's text (a Python exception, an NCCL/watchdog report)."""
+
+
 def _tie_break(item: anomalies.Evidence) -> tuple[int, int]:
-    """On one line: fatal before error, and a specific category before a generic one."""
-    return (0 if item.severity == vocab.Severity.FATAL else 1, 1 if item.category in GENERIC_CATEGORIES else 0)
+    """On one line: a specific category before a generic one, a wrapped error before its wrapper,
+    then fatal before error."""
+    if item.category in _WRAPPER_CATEGORIES:
+        specificity = 2
+    elif item.category in GENERIC_CATEGORIES:
+        specificity = 1
+    else:
+        specificity = 0
+    return (specificity, 0 if item.severity == vocab.Severity.FATAL else 1)
 
 
 def _collateral(root_cause: hosts.RootCause) -> bool:

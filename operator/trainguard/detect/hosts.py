@@ -10,7 +10,8 @@ Prefixes understood (they can stack, e.g. pdsh ``node3: [rank5]: node3:123:140 [
 * ``srun --label``: ``3: text`` (task id = global rank when one task per GPU);
 * torchrun ``--tee``/``--log-line-prefix``: ``[rank3]:`` and ``[default3]:``;
 * NCCL: ``node12:3456:3470 [2] NCCL INFO ...`` = host:pid:tid [local rank];
-* pdsh/clush: ``node3: text`` (only names with a digit, to keep ``RuntimeError:`` out);
+* pdsh/clush: ``node3: text`` (only names with a digit, to keep ``RuntimeError:`` out), and
+  ``10.0.0.7: text`` (DeepSpeed's pdsh launcher names hosts as its hostfile does, often by IPv4);
 * syslog/kern.log: ``Nov 29 12:00:01 node3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, ...``;
 * srun/slurmstepd summaries: ``srun: error: node2: task 1: Killed``, ``*** STEP 1.0 ON node2 ...``;
 * c10d: ``[Rank 3]`` inside ProcessGroupNCCL messages.
@@ -42,6 +43,7 @@ _TORCHRUN = re.compile(r"^\[(?:rank|default)(\d{1,6})\]:\s?")
 _NCCL = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,62}):(\d{1,9}):(\d{1,9}) \[(\d{1,3})\] ")
 # pdsh/clush host prefix; a digit in the name keeps "RuntimeError: ..." and "srun: ..." out.
 _PDSH = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]{0,62}): ")
+_PDSH_IPV4 = re.compile(r"^((?:\d{1,3}\.){3}\d{1,3}): ")
 _SYSLOG = re.compile(
     r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) ([A-Za-z0-9][A-Za-z0-9_.-]{0,62}) "
     r"(?:kernel|nvidia-persistenced|nv-hostengine|slurmd|kubelet)\S*: "
@@ -71,7 +73,7 @@ def parse_prefix(text: str) -> Prefix:
             node, pid, local_rank = m.group(1), int(m.group(2)), int(m.group(4))
         elif m := _SYSLOG.match(rest):
             node = m.group(1)
-        elif (m := _PDSH.match(rest)) and _looks_like_host(m.group(1)):
+        elif (m := _PDSH_IPV4.match(rest)) or ((m := _PDSH.match(rest)) and _looks_like_host(m.group(1))):
             node = m.group(1) if node is None else node
         else:
             break

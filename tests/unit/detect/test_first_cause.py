@@ -157,3 +157,75 @@ def test_place_borrowed_from_a_second_report_of_the_same_event() -> None:
     found = first_cause.find_first_cause(evidence)
     assert found is not None
     assert (found.suspect_nodes, found.suspect_ranks) == (["node4"], [12])
+
+
+def test_cuda_error_reported_by_the_watchdog_is_the_cause_not_a_cascade() -> None:
+    line = (
+        "[rank29]:[E1002 12:20:55.123831168 ProcessGroupNCCL.cpp:1923] [PG ID 5 PG GUID 83(TENSOR_MODEL_PARALLEL_GROUP)"
+        " Rank 1] Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure"
+    )
+    evidence = [
+        ev(3, C.NCCL_ERROR, line, severity=S.FATAL, rank=29, pattern="nccl.watchdog_thread_terminated"),
+        ev(3, C.CUDA_ERROR_OTHER, line, rank=29, pattern="cuda.unspecified_launch_failure"),
+    ]
+    found = first_cause.find_first_cause(evidence)
+    assert found is not None
+    assert (found.symptom, found.category) == (vocab.Symptom.CRASH, C.CUDA_ERROR_OTHER)
+    assert found.suspect_ranks == [29]
+    wrapped_timeout = (
+        "[Rank 5] Process group watchdog thread terminated with exception: [Rank 5] Watchdog caught collective"
+        " operation timeout: WorkNCCL(SeqNum=9141, OpType=_ALLGATHER_BASE, Timeout(ms)=600000)"
+    )
+    assert first_cause.classify(ev(1, C.NCCL_ERROR, wrapped_timeout, severity=S.FATAL)) == first_cause.Rank.CASCADE
+
+
+def test_teardown_printed_before_the_timeout_leaves_a_hang() -> None:
+    evidence = [
+        ev(6, C.SEGFAULT, "terminate called after throwing an instance of 'c10::DistBackendError'", severity=S.FATAL),
+        ev(
+            7,
+            C.NCCL_TIMEOUT,
+            "  what():  [PG 3 Rank 5] Process group watchdog thread terminated with exception: [Rank 5] Watchdog"
+            " caught collective operation timeout: WorkNCCL(SeqNum=9141, OpType=_ALLGATHER_BASE)",
+            rank=5,
+        ),
+    ]
+    found = first_cause.find_first_cause(evidence)
+    assert found is not None
+    assert (found.symptom, found.category) == (vocab.Symptom.HANG, C.NCCL_TIMEOUT)
+    assert found.evidence[0].line == 7
+
+
+def test_attribution_hint_comes_from_a_second_report_of_the_same_event() -> None:
+    evidence = [
+        ev(5, C.OOM_HOST_KILLED, "slurm_script: line 28:  8156 Killed   python3", pattern="process.bash_killed"),
+        ev(6, C.OOM_HOST_KILLED, "slurmstepd: error: Detected 1 oom-kill event", pattern="oom.slurm_oom_kill_event"),
+    ]
+    hints = {
+        "process.bash_killed": vocab.Attribution.UNKNOWN,
+        "oom.slurm_oom_kill_event": vocab.Attribution.APPLICATION,
+    }
+    found = first_cause.find_first_cause(evidence, hints=hints)
+    assert found is not None
+    assert (found.category, found.attribution) == (C.OOM_HOST_KILLED, vocab.Attribution.APPLICATION)
+    assert found.evidence[0].line == 5
+    alone = first_cause.find_first_cause(evidence[:1], hints=hints)
+    assert alone is not None
+    assert alone.attribution == vocab.Attribution.UNKNOWN
+
+
+def test_exception_wrapping_a_timeout_is_the_timeout() -> None:
+    line = (
+        "[rank2]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out"
+        " waiting 1800000ms for recv operation to complete"
+    )
+    evidence = [
+        ev(7, C.PYTHON_EXCEPTION, line, rank=2, pattern="python.exception_line"),
+        ev(7, C.NCCL_TIMEOUT, line, rank=2, pattern="gloo.timeout"),
+    ]
+    found = first_cause.find_first_cause(evidence)
+    assert found is not None
+    assert (found.symptom, found.category) == (vocab.Symptom.HANG, C.NCCL_TIMEOUT)
+    plain = first_cause.find_first_cause([ev(7, C.PYTHON_EXCEPTION, "RuntimeError: shapes differ", rank=2)])
+    assert plain is not None
+    assert (plain.symptom, plain.category) == (vocab.Symptom.CRASH, C.PYTHON_EXCEPTION)

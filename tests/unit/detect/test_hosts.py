@@ -30,6 +30,14 @@ from trainguard.detect import hosts
         ),
         ("slurmstepd: error: *** STEP 812.0 ON node7 CANCELLED AT 2024-05-07T10:00:00 ***", "node7", None, None),
         ("[E ProcessGroupNCCL.cpp:457] [Rank 2] Watchdog caught collective operation timeout", None, 2, None),
+        (
+            "192.168.13.81: [rank19]:[E808 10:31:07.406255799 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank 19] "
+            "Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure",
+            "192.168.13.81",
+            19,
+            None,
+        ),
+        ("10.0.0.7: 10.0.0.7:3468:3905 [4] NCCL INFO proxy.cc:698 -> 6", "10.0.0.7", None, 4),
     ],
 )
 def test_prefixes(line: str, node: str | None, rank: int | None, local_rank: int | None) -> None:
@@ -43,6 +51,9 @@ def test_prefixes(line: str, node: str | None, rank: int | None, local_rank: int
         "RuntimeError: CUDA error: out of memory",
         "srun: Terminating StepId=81723.0",
         "12:00:01 INFO starting",
+        "12:00:01: INFO starting",
+        "1.5: loss went up",
+        "3.2.1.0.9: version banner",
         "Traceback (most recent call last):",
     ],
 )

@@ -1,0 +1,118 @@
+"""Runs `trainguard detect --format json` over real failure logs people pasted into public issues.
+
+The excerpts (tests/data/real/, sources in SOURCES.md) were collected to measure how detection
+generalises beyond the self-written evaluation set (tests/data/eval/). Files named ``heldout_*``
+were collected after the fixes this set prompted, as a check against tuning to it. The labels are what a careful
+engineer reads from each excerpt, written before the detector was run on it; files marked
+``ambiguous`` are excluded from the miss list. The printed report gives symptom / category /
+attribution / suspect accuracy and the labelled -> detected symptom confusion.
+
+Asserted: no healthy log is called a crash; no unambiguous failing log is called healthy; and
+symptom+category accuracy stays at or above ``SYMPTOM_CATEGORY_FLOOR``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trainguard.cli import main
+
+REAL = Path(__file__).resolve().parents[2] / "data" / "real"
+SYMPTOM_CATEGORY_FLOOR = 0.94
+"""Share of files whose symptom AND category are right. The first 47 files went from 38/47 to 46/47
+with the fixes that came out of them; the 11 ``heldout_*`` files, labelled and run only afterwards,
+scored 9/11 before the one further fix they prompted (wrapper lines). The whole set now reaches
+56/58; the floor leaves room for about one more miss, not for a regression."""
+
+
+def _labels() -> dict[str, dict[str, Any]]:
+    loaded: dict[str, dict[str, Any]] = yaml.safe_load((REAL / "labels.yaml").read_text(encoding="utf-8"))
+    return loaded
+
+
+@functools.cache
+def _detect_all() -> dict[str, dict[str, Any]]:
+    """One CLI run over the whole set, shared by the tests of this module."""
+    paths = sorted(str(REAL / name) for name in _labels())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main.main(["detect", "--format", "json", *paths]) == 0
+    results = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert len(results) == len(paths)
+    return {Path(r["path"]).name: r for r in results}
+
+
+def test_every_log_is_labelled_and_sourced() -> None:
+    labels = _labels()
+    logs = {p.name for p in REAL.glob("*.log")}
+    assert set(labels) == logs
+    sources = (REAL / "SOURCES.md").read_text(encoding="utf-8")
+    assert [name for name in sorted(logs) if name not in sources] == []
+    assert all(str(want.get("source", "")).startswith("https://github.com/") for want in labels.values())
+
+
+def test_real_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    labels = _labels()
+    assert len(labels) >= 30
+    got = _detect_all()
+    counts: Counter[str] = Counter()
+    confusion: Counter[tuple[str, str]] = Counter()
+    misses: list[str] = []
+    for name, want in sorted(labels.items()):
+        have = got[name]
+        confusion[(want["symptom"], have["symptom"])] += 1
+        counts["files"] += 1
+        counts["symptom"] += have["symptom"] == want["symptom"]
+        counts["category"] += have["category"] == want["category"]
+        counts["symptom+category"] += (have["symptom"], have["category"]) == (want["symptom"], want["category"])
+        counts["attribution"] += have["attribution"] == want["attribution"]
+        counts["nodes"] += have["suspect_nodes"] == want["suspect_nodes"]
+        counts["ranks"] += have["suspect_ranks"] == want["suspect_ranks"]
+        key = (have["symptom"], have["category"], have["attribution"], have["suspect_nodes"], have["suspect_ranks"])
+        wanted = (want["symptom"], want["category"], want["attribution"], want["suspect_nodes"], want["suspect_ranks"])
+        if key != wanted:
+            tag = "ambiguous" if want.get("ambiguous") else "MISS"
+            misses.append(f"  {tag} {name}: got {key}, want {wanted}")
+    n = counts["files"]
+    report = [f"real logs: {n} files ({sum(1 for w in labels.values() if w.get('ambiguous'))} ambiguous)"]
+    report += [
+        f"  {k} accuracy: {counts[k]}/{n} = {counts[k] / n:.0%}"
+        for k in ("symptom", "category", "symptom+category", "attribution", "nodes", "ranks")
+    ]
+    report.append(
+        "  confusion (labelled -> detected): " + ", ".join(f"{w}->{h}: {c}" for (w, h), c in sorted(confusion.items()))
+    )
+    report += misses
+    with capsys.disabled():
+        print("\n" + "\n".join(report))
+
+    healthy_called_crash = [
+        name for name, want in labels.items() if want["symptom"] == "healthy" and got[name]["symptom"] == "crash"
+    ]
+    assert healthy_called_crash == []
+    failing_called_healthy = [
+        name
+        for name, want in labels.items()
+        if want["symptom"] != "healthy" and not want.get("ambiguous") and got[name]["symptom"] == "healthy"
+    ]
+    assert failing_called_healthy == []
+    assert counts["symptom+category"] / n >= SYMPTOM_CATEGORY_FLOOR
+
+
+def test_evidence_starts_with_the_initiating_line() -> None:
+    got = _detect_all()
+    for result in got.values():
+        assert len(result["evidence"]) <= 20
+        assert all(set(e) == {"line", "text", "pattern"} for e in result["evidence"])
+    launch_failure = got["cuda_launch_failure_megatron_tp_group.log"]["evidence"][0]
+    assert "unspecified launch failure" in launch_failure["text"]
+    assert launch_failure["pattern"] == "cuda.unspecified_launch_failure"
