@@ -67,6 +67,15 @@ class Result:
         }
 
 
+MAX_SAMPLES = 100_000
+"""Progress samples kept per file. Past this the series is thinned (every other sample dropped,
+then only every 2nd, 4th, ... new one kept), so a multi-GB log with millions of steps keeps its
+shape in bounded memory; a drop must then last longer in lines to count, never shorter."""
+MAX_HITS_PER_PATTERN = 1_000
+"""Evidence lines kept per catalog pattern: the earliest ones, which is what first-cause ranking
+and the lagging-rank analysis read; a log repeating one warning a million times stays bounded."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Sample:
     key: str | None
@@ -111,6 +120,8 @@ class FileAnalyzer:
         root: hosts.RootCause | None = None
         evidence: list[anomalies.Evidence] = []
         samples: list[_Sample] = []
+        stride, skipped = 1, 0
+        hits: dict[str, int] = {}
         ranks_seen: set[int] = set()
         progress_since_error = 0
         lineno = 0
@@ -132,10 +143,13 @@ class FileAnalyzer:
                 spec = self._specs.get(pattern_id)
                 if spec is None:
                     continue
+                serious = serious or spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
+                hits[pattern_id] = hits.get(pattern_id, 0) + 1
+                if hits[pattern_id] > MAX_HITS_PER_PATTERN:
+                    continue
                 fields = self._matcher.extract(pattern_id, text)
                 line = signals.LogLine(text=text, lineno=lineno, received_at=0.0, source=path)
                 evidence.append(stream.evidence_from_hit(spec, line, prefix, fields, at=progress.line_time(text)))
-                serious = serious or spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
             if serious:
                 progress_since_error = 0
                 continue
@@ -144,6 +158,13 @@ class FileAnalyzer:
                 continue
             progress_since_error += 1
             if parsed.rate is not None:
+                skipped += 1
+                if skipped < stride:
+                    continue
+                skipped = 0
+                if len(samples) >= MAX_SAMPLES:
+                    samples = samples[::2]
+                    stride *= 2
                 item = anomalies.Evidence(
                     line=lineno,
                     text=text[:500],

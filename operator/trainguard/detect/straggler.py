@@ -30,6 +30,10 @@ MIN_LOW_SAMPLES = 3
 """A sustained drop needs at least this many low samples, whatever the window length."""
 MIN_PEERS = 3
 """Peer comparison needs this many reporting series; with two, who is slow is ambiguous."""
+MAX_WINDOW_SAMPLES = 512
+"""Samples kept per window (the newest): a median of 512 is as good a baseline as of 50,000, and
+the bound keeps each sample O(1) amortised even when timestamps jump backwards (time-of-day
+stamps wrapping at midnight, interleaved ranks) and no sample ever leaves the window by age."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +58,9 @@ class ThroughputTracker:
         self.fraction = fraction
         self.window = window
         self.baseline_window = baseline_window
-        self._samples: deque[tuple[float, float]] = deque()
-        self._low: list[tuple[float, float]] = []
+        self._samples: deque[tuple[float, float]] = deque(maxlen=MAX_WINDOW_SAMPLES)
+        self._low: deque[tuple[float, float]] = deque(maxlen=MAX_WINDOW_SAMPLES)
+        self._low_since: float | None = None
         self._low_first: anomalies.Evidence | None = None
         self._baseline: float | None = None
 
@@ -64,10 +69,11 @@ class ThroughputTracker:
         baseline = self._baseline if self._low else self._current_baseline(at)
         if baseline is not None and rate < self.fraction * baseline:
             if not self._low:
-                self._baseline, self._low_first = baseline, evidence
+                self._baseline, self._low_first, self._low_since = baseline, evidence, at
             self._low.append((at, rate))
         else:
-            self._low, self._low_first, self._baseline = [], None, None
+            self._low.clear()
+            self._low_first, self._baseline, self._low_since = None, None, None
             self._samples.append((at, rate))
             horizon = at - self.baseline_window
             while self._samples and self._samples[0][0] < horizon:
@@ -81,9 +87,9 @@ class ThroughputTracker:
 
     def drop(self, now: float) -> Drop | None:
         """The current sustained drop, if the low run has lasted ``window`` up to ``now``."""
-        if len(self._low) < MIN_LOW_SAMPLES or self._baseline is None:
+        if len(self._low) < MIN_LOW_SAMPLES or self._baseline is None or self._low_since is None:
             return None
-        since = self._low[0][0]
+        since = self._low_since
         if now - since < self.window:
             return None
         current = statistics.median(rate for _, rate in self._low)
@@ -104,7 +110,7 @@ class PeerComparison:
         self._last_evidence: dict[str, anomalies.Evidence] = {}
 
     def add(self, key: str, at: float, rate: float, evidence: anomalies.Evidence | None = None) -> None:
-        series = self._series.setdefault(key, deque())
+        series = self._series.setdefault(key, deque(maxlen=MAX_WINDOW_SAMPLES))
         series.append((at, rate))
         if evidence is not None:
             self._last_evidence[key] = evidence

@@ -79,3 +79,17 @@ def test_peers_need_three_series_and_persistence() -> None:
     for second in (121.0, 122.0):
         peers.add("rank:2", second, 400.0)
     assert peers.stragglers(122.0) == []  # low now, but not yet for the whole window
+
+
+def test_timestamps_that_jump_backwards_still_give_a_bounded_baseline() -> None:
+    """Time-of-day stamps wrap (midnight, interleaved ranks): no sample leaves the window by age,
+    yet the baseline stays the recent median and a sustained drop is still found."""
+    tracker = straggler.ThroughputTracker(0.5, 30.0, 300.0)
+    for index in range(5000):
+        tracker.add(float(index % 100), 1000.0)
+    drop = None
+    for index in range(5000, 5100):
+        tracker.add(float(index - 5000), 100.0)
+        drop = tracker.drop(float(index - 5000)) or drop
+    assert drop is not None
+    assert drop.baseline == 1000.0
