@@ -8,37 +8,23 @@ category and suspect nodes are right on every unambiguous file.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import io
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from trainguard.cli import main
+from tests.unit.detect import labelled
 
 EVAL = Path(__file__).resolve().parents[2] / "data" / "eval"
 
 
 def _labels() -> dict[str, dict[str, Any]]:
-    loaded: dict[str, dict[str, Any]] = yaml.safe_load((EVAL / "labels.yaml").read_text(encoding="utf-8"))
-    return loaded
+    return labelled.load_labels(EVAL)
 
 
-@functools.cache
 def _detect_all() -> dict[str, dict[str, Any]]:
-    """One CLI run over the whole set, shared by the tests of this module."""
-    paths = sorted(str(EVAL / name) for name in _labels())
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main.main(["detect", "--format", "json", *paths]) == 0
-    results = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert len(results) == len(paths)
-    return {Path(r["path"]).name: r for r in results}
+    return labelled.detect_all(EVAL)
 
 
 def test_eval_set(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,18 +13,13 @@ symptom+category accuracy stays at or above ``SYMPTOM_CATEGORY_FLOOR``.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import io
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from trainguard.cli import main
+from tests.unit.detect import labelled
 
 REAL = Path(__file__).resolve().parents[2] / "data" / "real"
 SYMPTOM_CATEGORY_FLOOR = 0.94
@@ -35,20 +30,11 @@ scored 9/11 before the one further fix they prompted (wrapper lines). The whole 
 
 
 def _labels() -> dict[str, dict[str, Any]]:
-    loaded: dict[str, dict[str, Any]] = yaml.safe_load((REAL / "labels.yaml").read_text(encoding="utf-8"))
-    return loaded
+    return labelled.load_labels(REAL)
 
 
-@functools.cache
 def _detect_all() -> dict[str, dict[str, Any]]:
-    """One CLI run over the whole set, shared by the tests of this module."""
-    paths = sorted(str(REAL / name) for name in _labels())
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main.main(["detect", "--format", "json", *paths]) == 0
-    results = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert len(results) == len(paths)
-    return {Path(r["path"]).name: r for r in results}
+    return labelled.detect_all(REAL)
 
 
 def test_every_log_is_labelled_and_sourced() -> None:
