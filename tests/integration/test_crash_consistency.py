@@ -10,7 +10,6 @@ outcome), and no job left held. For SQLite and PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import signal
 import subprocess
 import sys
@@ -18,11 +17,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
-import sqlalchemy as sa
 
-from tests.support import fake_scheduler
+from tests.support import fake_scheduler, postgres
 from trainguard.model import actions, vocab, workloads
 from trainguard.store import database
 
@@ -36,27 +33,14 @@ BOUNDARIES = ["advice", "intent:requeue_hold", "call:requeue_hold", "intent:excl
 pytestmark = pytest.mark.integration
 
 
-async def _admin(url: sa.URL, statement: str) -> None:
-    conn = await asyncpg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False), timeout=30)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture(params=[pytest.param("sqlite", id="sqlite"),
                         pytest.param("postgres", marks=pytest.mark.postgres, id="postgres")])
 def crash_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}"
         return
-    session_url = sa.make_url(request.getfixturevalue("postgres_url"))
-    name = f"tg_crash_{secrets.token_hex(6)}"
-    asyncio.run(_admin(session_url, f'CREATE DATABASE "{name}"'))
-    try:
-        yield session_url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        asyncio.run(_admin(session_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with postgres.scratch_database(request.getfixturevalue("postgres_url"), "tg_crash") as url:
+        yield url
 
 
 def drive(

@@ -11,6 +11,7 @@ The database is dropped at the end, and the server is stopped if pytest started 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -40,14 +41,6 @@ class PostgresServer:
     started: bool
     """True when this session started the server."""
 
-    @property
-    def dsn(self) -> str:
-        """The admin URL in the form asyncpg itself accepts."""
-        return self.admin_url.replace("postgresql+asyncpg://", "postgresql://", 1)
-
-    def url_for(self, database: str) -> str:
-        return self.admin_url.rsplit("/", 1)[0] + "/" + database
-
 
 async def _execute(dsn: str, statement: str) -> None:
     conn = await asyncpg.connect(dsn, timeout=30)
@@ -55,6 +48,19 @@ async def _execute(dsn: str, statement: str) -> None:
         await conn.execute(statement)
     finally:
         await conn.close()
+
+
+@contextlib.contextmanager
+def scratch_database(server_url: str, prefix: str) -> Iterator[str]:
+    """A database created on the server of ``server_url`` (an asyncpg SQLAlchemy URL), yielded as
+    a URL of the same form, and dropped (with its connections) afterwards."""
+    admin = server_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    database = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
+    asyncio.run(_execute(admin, f'CREATE DATABASE "{database}"'))
+    try:
+        yield server_url.rsplit("/", 1)[0] + "/" + database
+    finally:
+        asyncio.run(_execute(admin, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
 
 
 @pytest.fixture(scope="session")
@@ -74,9 +80,5 @@ def postgres_server() -> Iterator[PostgresServer]:
 @pytest.fixture(scope="session")
 def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     """SQLAlchemy async URL of a database created for this test session (dropped afterwards)."""
-    database = f"trainguard_test_{os.getpid()}_{secrets.token_hex(4)}"
-    asyncio.run(_execute(postgres_server.dsn, f'CREATE DATABASE "{database}"'))
-    try:
-        yield postgres_server.url_for(database)
-    finally:
-        asyncio.run(_execute(postgres_server.dsn, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+    with scratch_database(postgres_server.admin_url, "trainguard_test") as url:
+        yield url

@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiomysql
-import asyncpg
 import pytest
 import sqlalchemy as sa
+
+from tests.support import postgres
 
 BACKENDS = [
     pytest.param("sqlite", marks=[pytest.mark.integration], id="sqlite"),
@@ -34,18 +35,6 @@ async def _mariadb_admin(server_url: sa.URL, statement: str) -> None:
         conn.close()
 
 
-def _asyncpg_dsn(url: sa.URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-async def _admin(session_url: sa.URL, statement: str) -> None:
-    conn = await asyncpg.connect(_asyncpg_dsn(session_url), timeout=30)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture(params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty database URL for one test (sync: ``postgres_url`` runs its own loop)."""
@@ -61,10 +50,5 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         finally:
             asyncio.run(_mariadb_admin(server_url, f"DROP DATABASE IF EXISTS `{database}`"))
         return
-    session_url = sa.make_url(request.getfixturevalue("postgres_url"))
-    name = f"tg_store_{secrets.token_hex(6)}"
-    asyncio.run(_admin(session_url, f'CREATE DATABASE "{name}"'))
-    try:
-        yield session_url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        asyncio.run(_admin(session_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with postgres.scratch_database(request.getfixturevalue("postgres_url"), "tg_store") as url:
+        yield url
