@@ -8,7 +8,6 @@ category and suspect nodes are right on every unambiguous file.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -31,36 +30,11 @@ def test_eval_set(capsys: pytest.CaptureFixture[str]) -> None:
     labels = _labels()
     assert len(labels) >= 40
     got = _detect_all()
-    counts: Counter[str] = Counter()
-    confusion: Counter[tuple[str, str]] = Counter()
-    misses: list[str] = []
-    for name, want in sorted(labels.items()):
-        have = got[name]
-        confusion[(want["symptom"], have["symptom"])] += 1
-        counts["files"] += 1
-        counts["symptom"] += have["symptom"] == want["symptom"]
-        counts["category"] += have["category"] == want["category"]
-        counts["attribution"] += have["attribution"] == want["attribution"]
-        counts["nodes"] += have["suspect_nodes"] == want["suspect_nodes"]
-        counts["ranks"] += have["suspect_ranks"] == want["suspect_ranks"]
-        key = (have["symptom"], have["category"], have["suspect_nodes"])
-        if key != (want["symptom"], want["category"], want["suspect_nodes"]):
-            tag = "ambiguous" if want.get("ambiguous") else "MISS"
-            misses.append(
-                f"  {tag} {name}: got {key}, want {(want['symptom'], want['category'], want['suspect_nodes'])}"
-            )
-    n = counts["files"]
-    report = [f"eval set: {n} files"]
-    report += [
-        f"  {k} accuracy: {counts[k]}/{n} = {counts[k] / n:.0%}"
-        for k in ("symptom", "category", "attribution", "nodes", "ranks")
-    ]
-    report.append(
-        "  confusion (labelled -> detected): " + ", ".join(f"{w}->{h}: {c}" for (w, h), c in sorted(confusion.items()))
-    )
-    report += misses
+    result = labelled.score(labels, got, ("symptom", "category", "suspect_nodes"))
     with capsys.disabled():
-        print("\n" + "\n".join(report))
+        print("\n" + result.report(f"eval set: {result.counts['files']} files",
+                                   ("symptom", "category", "attribution", "nodes", "ranks")))
+    misses = result.misses
 
     healthy_called_crash = [
         name for name, want in labels.items() if want["symptom"] == "healthy" and got[name]["symptom"] == "crash"

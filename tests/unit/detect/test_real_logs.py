@@ -13,7 +13,6 @@ symptom+category accuracy stays at or above ``SYMPTOM_CATEGORY_FLOOR``.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -50,36 +49,14 @@ def test_real_logs(capsys: pytest.CaptureFixture[str]) -> None:
     labels = _labels()
     assert len(labels) >= 30
     got = _detect_all()
-    counts: Counter[str] = Counter()
-    confusion: Counter[tuple[str, str]] = Counter()
-    misses: list[str] = []
-    for name, want in sorted(labels.items()):
-        have = got[name]
-        confusion[(want["symptom"], have["symptom"])] += 1
-        counts["files"] += 1
-        counts["symptom"] += have["symptom"] == want["symptom"]
-        counts["category"] += have["category"] == want["category"]
-        counts["symptom+category"] += (have["symptom"], have["category"]) == (want["symptom"], want["category"])
-        counts["attribution"] += have["attribution"] == want["attribution"]
-        counts["nodes"] += have["suspect_nodes"] == want["suspect_nodes"]
-        counts["ranks"] += have["suspect_ranks"] == want["suspect_ranks"]
-        key = (have["symptom"], have["category"], have["attribution"], have["suspect_nodes"], have["suspect_ranks"])
-        wanted = (want["symptom"], want["category"], want["attribution"], want["suspect_nodes"], want["suspect_ranks"])
-        if key != wanted:
-            tag = "ambiguous" if want.get("ambiguous") else "MISS"
-            misses.append(f"  {tag} {name}: got {key}, want {wanted}")
-    n = counts["files"]
-    report = [f"real logs: {n} files ({sum(1 for w in labels.values() if w.get('ambiguous'))} ambiguous)"]
-    report += [
-        f"  {k} accuracy: {counts[k]}/{n} = {counts[k] / n:.0%}"
-        for k in ("symptom", "category", "symptom+category", "attribution", "nodes", "ranks")
-    ]
-    report.append(
-        "  confusion (labelled -> detected): " + ", ".join(f"{w}->{h}: {c}" for (w, h), c in sorted(confusion.items()))
+    result = labelled.score(
+        labels, got, ("symptom", "category", "attribution", "suspect_nodes", "suspect_ranks")
     )
-    report += misses
+    counts, n = result.counts, result.counts["files"]
+    ambiguous = sum(1 for w in labels.values() if w.get("ambiguous"))
     with capsys.disabled():
-        print("\n" + "\n".join(report))
+        print("\n" + result.report(f"real logs: {n} files ({ambiguous} ambiguous)",
+                                   ("symptom", "category", "symptom+category", "attribution", "nodes", "ranks")))
 
     healthy_called_crash = [
         name for name, want in labels.items() if want["symptom"] == "healthy" and got[name]["symptom"] == "crash"
