@@ -115,6 +115,7 @@ class Engine:
         self.runtimes: dict[str, WorkloadRuntime] = {}
         self.mode_overrides: dict[str, vocab.Mode] = {}
         self._matchers: dict[str, matcher_mod.Matcher] = {}
+        """Compiled matchers by the policy's extra patterns (most policies share ``_base_matcher``)."""
         self._base_matcher = matcher_mod.build_matcher(catalog)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -226,7 +227,7 @@ class Engine:
                 continue
             spec, errors = self._effective_spec(rt.job, opt_in)
             if spec is not None:
-                rt.matcher = self._matcher_for(rt.policy_name, spec)
+                rt.matcher = self._matcher_for(spec)
             rt.checkpoint_re = re.compile(spec.detection.checkpoint_regex) if spec is not None else None
             rt.spec = spec
             rt.opt_in_errors = errors
@@ -244,7 +245,7 @@ class Engine:
         )
         if errors:
             logger.warning("workload %s: %s", job.workload, "; ".join(errors))
-        matcher = self._matcher_for(name, spec) if spec is not None else None
+        matcher = self._matcher_for(spec) if spec is not None else None
         checkpoint = re.compile(spec.detection.checkpoint_regex) if spec is not None else None
         rt = WorkloadRuntime(
             workload=job.workload, job=job, policy_name=name, spec=spec, detector=None, tailers=[],
@@ -257,11 +258,13 @@ class Engine:
         self._open_tailers(rt)
         await self._update(rt, job, first=True)
 
-    def _matcher_for(self, name: str, spec: policy_model.RecoveryPolicySpec) -> matcher_mod.Matcher:
+    def _matcher_for(self, spec: policy_model.RecoveryPolicySpec) -> matcher_mod.Matcher:
         """One compiled matcher per policy (its extra patterns extend the catalog)."""
         if not spec.detection.extra_patterns:
             return self._base_matcher
-        key = f"{name}:{hash(tuple(p.id for p in spec.detection.extra_patterns))}"
+        # Keyed by the patterns themselves, not their ids: a policy that changes a pattern's regex
+        # under the same id must get a new matcher.
+        key = "\n".join(p.model_dump_json() for p in spec.detection.extra_patterns)
         if key not in self._matchers:
             self._matchers[key] = matcher_mod.build_matcher(self.catalog.extended(spec.detection.extra_patterns))
         return self._matchers[key]
