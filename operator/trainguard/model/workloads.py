@@ -58,6 +58,17 @@ class JobSnapshot(BaseModel):
     excluded_nodes: list[str] = Field(default_factory=list)
     comment: str = ""
     partition: str = ""
+    """Slurm partition; a pending job submitted to several shows them comma-separated (``a,b``)."""
+    account: str = ""
+    """Slurm account (empty when the cluster has none); policies route on it (``selector.accounts``)."""
+    user: str = ""
+    """The submitting user's name (Slurm ``UserId``/``user_name``); ``selector.users``."""
+    qos: str = ""
+    """Slurm quality of service; ``selector.qos``."""
+    namespace: str = ""
+    """Kubernetes namespace of a Kubernetes workload (empty for Slurm); ``selector.namespaces``."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Kubernetes labels of a Kubernetes workload (empty for Slurm); ``selector.labels``."""
     stdout_path: str | None = None
     stderr_path: str | None = None
     held: bool = False

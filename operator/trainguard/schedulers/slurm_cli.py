@@ -181,6 +181,18 @@ def job_state(text: str | Sequence[str] | None) -> workloads.JobState:
     return workloads.JobState.UNKNOWN
 
 
+def _user_name(value: str | None) -> str:
+    """``UserId=alice(1000)`` -> ``alice``; a bare uid stays as printed."""
+    text = _null(value)
+    name, _, _ = text.partition("(")
+    return name.strip()
+
+
+def _text(value: Any) -> str:
+    """A JSON string field (the same plain string from v0.0.38 to v0.0.44); anything else is empty."""
+    return _null(value).strip() if isinstance(value, str) else ""
+
+
 def _held(priority: int | None, reason: str) -> bool:
     return priority == 0 or reason in ("JobHeldUser", "JobHeldAdmin")
 
@@ -207,6 +219,9 @@ def job_from_scontrol(fields: Mapping[str, str], cluster: str) -> workloads.JobS
         excluded_nodes=expand_hostlist(fields.get("ExcNodeList")),
         comment=_null(fields.get("Comment")),
         partition=_null(fields.get("Partition")),
+        account=_null(fields.get("Account")),
+        user=_user_name(fields.get("UserId")),
+        qos=_null(fields.get("QOS")),
         stdout_path=_null(fields.get("StdOut")) or None,
         stderr_path=_null(fields.get("StdErr")) or None,
         held=_held(priority, reason),
@@ -333,6 +348,9 @@ def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSna
         excluded_nodes=expand_hostlist(_str_list(rec.get("excluded_nodes"))),
         comment=_null(rec.get("comment")) if isinstance(rec.get("comment"), str) else "",
         partition=_null(rec.get("partition")),
+        account=_text(rec.get("account")),
+        user=_text(rec.get("user_name")),
+        qos=_text(rec.get("qos")),
         stdout_path=expand_output_path(stdout, **fmt) if stdout else None,
         stderr_path=expand_output_path(stderr, **fmt) if stderr else None,
         held=_held(priority, reason),
