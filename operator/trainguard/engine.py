@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 
 from trainguard import settings as settings_mod
 from trainguard.act import executor as executor_mod
+from trainguard.act import undrain
 from trainguard.attribute import external, lemon, rules
 from trainguard.detect import catalog as catalog_mod
 from trainguard.detect import hosts, sanitize, stream
 from trainguard.detect import matcher as matcher_mod
-from trainguard.model import actions, advice, anomalies, clock, signals, verdicts, vocab, workloads
+from trainguard.model import actions, advice, anomalies, clock, routing, signals, verdicts, vocab, workloads
 from trainguard.policy import blast_radius, decide, ledger, loader, overrides
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base
@@ -84,6 +85,8 @@ class WorkloadRuntime:
         default_factory=collections.deque
     )
     """Decisions waiting for the recovery in flight (``task``) to finish."""
+    route: routing.Route | None = None
+    """How the workload was routed to ``policy_name`` (recorded with every advice)."""
     recent: collections.deque[dict[str, object]] = field(default_factory=lambda: collections.deque(maxlen=20))
     """The latest audit records of this workload (kind, time, summary), newest last: the view
     that Kubernetes status and the console show; the audit store stays the durable log."""
@@ -112,6 +115,7 @@ class Engine:
         self.listeners = list(listeners)
         self.executor = executor_mod.Executor(scheduler, store, clock_, blast_limit=self._blast_limit)
         self.discovery = discovery.JobDiscovery(scheduler, clock_)
+        self.undrainer = undrain.Undrainer(scheduler, store, clock_, self._undrain_rule)
         self.runtimes: dict[str, WorkloadRuntime] = {}
         self.mode_overrides: dict[str, vocab.Mode] = {}
         self._matchers: dict[str, matcher_mod.Matcher] = {}
@@ -191,19 +195,20 @@ class Engine:
 
     def _effective_spec(
         self, job: workloads.JobSnapshot, opt_in: overrides.OptIn
-    ) -> tuple[policy_model.RecoveryPolicySpec | None, list[str]]:
-        """The policy covering ``job`` with its comment's overrides, the workload's mode override
-        and the cluster-wide Action switch applied; None (and why) when no policy covers it."""
-        policy, why = self.policies.select(opt_in.policy_name, partition=job.partition)
+    ) -> tuple[policy_model.RecoveryPolicySpec | None, list[str], routing.Route]:
+        """The policy covering ``job`` (``loader.PolicySet.route``) with its comment's overrides, the
+        workload's mode override and the cluster-wide Action switch applied; None (and why) when no
+        policy covers it; and the routing decision."""
+        policy, route = self.policies.route(opt_in.policy_name, job)
         if policy is None:
-            return None, [why]
+            return None, [route.reason], route
         spec, errors = overrides.resolve(policy.spec, opt_in)
         forced = self.mode_overrides.get(job.workload)
         if forced is not None:
             spec = spec.model_copy(update={"mode": forced})
         if not self.settings.allow_action and spec.mode != vocab.Mode.MONITOR:
             spec = spec.model_copy(update={"mode": vocab.Mode.MONITOR})
-        return spec, errors
+        return spec, errors, route
 
     def update_policies(self, policies: loader.PolicySet) -> None:
         """Swap the policy set (e.g. a RecoveryPolicy changed in Kubernetes); tracked workloads
@@ -225,7 +230,8 @@ class Engine:
             opt_in = overrides.parse_opt_in(rt.job.comment)
             if opt_in is None:
                 continue
-            spec, errors = self._effective_spec(rt.job, opt_in)
+            spec, errors, route = self._effective_spec(rt.job, opt_in)
+            rt.route, rt.policy_name = route, route.policy or opt_in.policy_name or ""
             if spec is not None:
                 rt.matcher = self._matcher_for(spec)
             rt.checkpoint_re = re.compile(spec.detection.checkpoint_regex) if spec is not None else None
@@ -237,8 +243,8 @@ class Engine:
         opt_in = overrides.parse_opt_in(job.comment)
         if opt_in is None:  # discovery lists only opted-in jobs; never touch anything else
             return
-        name = opt_in.policy_name or loader.DEFAULT_NAME
-        spec, errors = self._effective_spec(job, opt_in)
+        spec, errors, route = self._effective_spec(job, opt_in)
+        name = route.policy or opt_in.policy_name or ""
         await self.store.upsert_workload(
             workload=job.workload, scheduler=self.scheduler.name, job_id=job.job_id, at=now, policy=name,
             comment=job.comment[:1024], opt_in_errors=errors, state=job.state.value,
@@ -250,11 +256,12 @@ class Engine:
         rt = WorkloadRuntime(
             workload=job.workload, job=job, policy_name=name, spec=spec, detector=None, tailers=[],
             history=ledger.WorkloadHistory(workload=job.workload), checkpoint_re=checkpoint, matcher=matcher,
-            opt_in_errors=errors,
+            opt_in_errors=errors, route=route,
         )
         self.runtimes[job.workload] = rt
-        logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s)", job.workload, job.job_id, job.attempt,
-                    job.state.value, name, f", mode {spec.mode.value}" if spec else ", NOT COVERED")
+        logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s: %s)", job.workload, job.job_id, job.attempt,
+                    job.state.value, name or "-", f", mode {spec.mode.value}" if spec else ", NOT COVERED",
+                    route.reason)
         self._open_tailers(rt)
         await self._update(rt, job, first=True)
 
@@ -429,6 +436,8 @@ class Engine:
             job=job, generation=generation, now=self.clock.now(), policy_name=rt.policy_name,
             partition_nodes=await self._partition_nodes(job.partition),
         )
+        if rt.route is not None:
+            item = item.model_copy(update={"route": rt.route})
         rt.history = ledger.record_advice(rt.history, attempt, generation, item.action, item.exclude_nodes)
         # An advice that asks for nothing (a recorded straggler) must not keep a later real failure
         # of the same attempt from being advised.
@@ -523,7 +532,8 @@ class Engine:
 
     async def sweep(self) -> None:
         """Watchdog: give up on advice past its deadline, releasing any hold of ours; then release
-        requeued jobs whose retry backoff (``Advice.release_at``) has passed."""
+        requeued jobs whose retry backoff (``Advice.release_at``) has passed; then resume the nodes
+        we drained whose policy's ``exclusion.undrainAfter`` has passed (``act.undrain``)."""
         await self.executor.watchdog.sweep()
         now = self.clock.now()
         for item in await self.store.pending_advice():
@@ -534,6 +544,16 @@ class Engine:
                 await self.executor.reconcile(item)
             elif rt.task is None or rt.task.done():
                 rt.task = self._spawn(self._carry_out(rt, item), f"release:{item.workload}:{item.generation}")
+        await self.undrainer.sweep()
+
+    def _undrain_rule(self, policy_name: str) -> undrain.UndrainRule | None:
+        """``exclusion.undrainAfter`` and the effective mode of the policy that drained a node."""
+        policy = self.policies.get(policy_name or None)
+        if policy is None:
+            return None
+        acting = self.settings.allow_action and policy.spec.mode == vocab.Mode.ACTION
+        return undrain.UndrainRule(policy.spec.exclusion.undrain_after,
+                                   vocab.Mode.ACTION if acting else vocab.Mode.MONITOR)
 
     async def _notify(self, rt: WorkloadRuntime, kind: str, payload: dict[str, object]) -> None:
         rt.recent.append({"kind": kind, "at": self.clock.now(), "payload": payload})

@@ -38,6 +38,16 @@ class JobScheduler(Protocol):
     async def drain_node(self, node: str, reason: str) -> None: ...
 
 
+class NodeScheduler(Protocol):
+    """The node operations ``act.undrain`` needs (``schedulers.base.Scheduler``, same semantics)."""
+
+    name: str
+
+    async def list_nodes(self) -> list[workloads.NodeSnapshot]: ...
+
+    async def resume_node(self, node: str) -> None: ...
+
+
 class Ledger(Protocol):
     """The part of ``store.audit.AuditStore`` the executor and watchdog write and read."""
 

@@ -25,6 +25,8 @@ class Operation(enum.StrEnum):
     HOLD = "hold"
     CANCEL = "cancel"
     DRAIN_NODE = "drain_node"
+    RESUME_NODE = "resume_node"
+    """Undo our own drain (``act.undrain``): recorded under the advice generation that drained the node."""
 
     @property
     def places_hold(self) -> bool:
