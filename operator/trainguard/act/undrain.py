@@ -111,6 +111,8 @@ class Undrainer:
             return await self._record(drain, WOULD_RESUME_STEP + node, actions.ActionStatus.SKIPPED, rule=rule,
                                       node=node, note=note)
         why_not = await self._not_ours(node)
+        if why_not and resumed is not None:  # our intent from before a restart: settle it by what the node shows
+            return await self._finish(resumed, actions.ActionStatus.SKIPPED, why_not)
         if why_not:
             return await self._record(drain, RESUME_STEP + node, actions.ActionStatus.SKIPPED, rule=rule, node=node,
                                       note=why_not)

@@ -155,3 +155,39 @@ async def test_a_failed_resume_is_recorded_and_not_repeated(
     [row] = await sweeper.sweep()
     assert row.status is actions.ActionStatus.FAILED and "Invalid node state" in row.error
     assert await sweeper.sweep() == []
+
+
+
+async def _intent(store: audit.AuditStore, manual_clock: clock.ManualClock, node: str) -> None:
+    """What a process that died after committing the resume intent, before calling the scheduler, leaves."""
+    await store.begin_action(actions.ActionRecord(
+        workload="slurm/test/42", attempt=0, generation=1, step=f"resume_node:{node}",
+        operation=actions.Operation.RESUME_NODE, args={"node": node}), at=manual_clock.now())
+
+
+async def test_an_intent_left_by_a_crash_is_carried_out_after_the_restart(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    manual_clock.advance(2 * HOUR)
+    await _intent(store, manual_clock, "node2")
+    [row] = await _undrainer(scheduler, store, manual_clock, {"default": ACTING}).sweep()
+    assert (row.step, row.status) == ("resume_node:node2", actions.ActionStatus.DONE)
+    assert _resumes(scheduler) == ["node2"]
+    assert len(await _resume_rows(store)) == 1
+
+
+async def test_an_intent_left_by_a_crash_is_settled_when_the_node_is_no_longer_our_drain(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    manual_clock.advance(2 * HOUR)
+    await _intent(store, manual_clock, "node2")
+    scheduler.nodes["node2"] = scheduler.nodes["node2"].model_copy(update={"reason": "maintenance"})
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": ACTING})
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.SKIPPED and "no longer ours" in row.error
+    assert await sweeper.sweep() == []
+    assert not any(call[0] == "resume_node" for call in scheduler.calls)
