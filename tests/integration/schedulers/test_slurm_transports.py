@@ -27,7 +27,8 @@ def running(cluster: slurm.SlurmCluster, job_id: str, nodes: int = 1) -> dict[st
 
 
 async def test_list_and_read(scheduler: base.Scheduler, slurm_cluster: slurm.SlurmCluster) -> None:
-    mine = slurm_cluster.submit(LOOP, OPT_IN, "--nodes=2", "--output=%x-%j.out", "--job-name=tg-read")
+    mine = slurm_cluster.submit(LOOP, OPT_IN, "--nodes=2", "--output=%x-%j.out", "--job-name=tg-read",
+                                "--account=tg-routing")
     other = slurm_cluster.submit(LOOP, "--comment=not trainguard")
     try:
         running(slurm_cluster, mine, 2)
@@ -38,6 +39,9 @@ async def test_list_and_read(scheduler: base.Scheduler, slurm_cluster: slurm.Slu
         assert job.comment == "trainguard policy=test" and job.partition == "debug" and job.requeue_allowed
         assert job.stdout_path == str(slurm_cluster.jobs_dir / f"tg-read-{mine}.out")
         assert listed[mine].stdout_path == job.stdout_path and listed[mine].nodes == job.nodes
+        # what policies route on (no accounting database here: any account is accepted, QOS stays unset)
+        assert (job.account, listed[mine].account) == ("tg-routing", "tg-routing")
+        assert job.user and listed[mine].user == job.user and (job.qos, listed[mine].qos) == ("", "")
         with pytest.raises(base.JobGone):
             await scheduler.get_job("99999999")
     finally:
