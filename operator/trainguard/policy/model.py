@@ -482,5 +482,9 @@ def crd_openapi_schema() -> dict[str, Any]:
     fields' defaults.
     """
     defaults = RecoveryPolicySpec().model_dump(by_alias=True, mode="json")
-    return openapi.structural_schema(RecoveryPolicySpec, defaults=defaults)
+    schema = openapi.structural_schema(RecoveryPolicySpec, defaults=defaults)
+    # A rule's match must be written out: defaulted to {} by the apiserver, an omitted match would
+    # silently become a catch-all rule.
+    schema["properties"]["rules"]["items"]["properties"]["match"].pop("default", None)
+    return schema
 

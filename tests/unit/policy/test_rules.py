@@ -158,3 +158,11 @@ def test_bad_rules_are_clear_one_line_errors(rules: str, message: str) -> None:
         _load(rules)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_the_crd_makes_a_rule_spell_out_its_match() -> None:
+    """The apiserver applies defaults before it checks required fields: a defaulted ``match: {}``
+    would turn a rule whose match was forgotten into a catch-all."""
+    item = model.crd_openapi_schema()["properties"]["rules"]["items"]
+    assert item["required"] == ["match", "action"]
+    assert "default" not in item["properties"]["match"]
