@@ -4,6 +4,7 @@
   says ``partitions: [debug]`` (no policy is named ``default``), and the audit shows the route.
 - A more specific policy (partition and account) wins for jobs of its account; its exit-code rule
   stops a job that exits 42 instead of requeueing it, while the same policy requeues exit 43.
+- A hung job submitted with ``--no-requeue`` is stopped, not left holding its node.
 - A node we drained (a lemon node) is resumed once ``exclusion.undrainAfter`` has passed; a node a
   person drained (``scontrol update ... State=DRAIN Reason=maintenance``) is never resumed.
 
@@ -46,9 +47,11 @@ class Setup:
     action_policy: str
     account: str
 
-    def submit(self, body: str, *, comment: str = "trainguard", account: bool = True, node: str | None = None) -> str:
+    def submit(self, body: str, *, comment: str = "trainguard", account: bool = True, node: str | None = None,
+               requeue: bool = True) -> str:
         """A one-node batch job running ``body``; output to ``<workdir>/slurm-<id>.out``."""
-        args = [f"--comment={comment}", f"--output={self.workdir}/slurm-%j.out", "--nodes=1", "--requeue"]
+        args = [f"--comment={comment}", f"--output={self.workdir}/slurm-%j.out", "--nodes=1",
+                "--requeue" if requeue else "--no-requeue"]
         if account:
             args.append(f"--account={self.account}")
         if node is not None:
@@ -169,6 +172,20 @@ def test_the_more_specific_policy_stops_on_its_exit_code_rule_and_requeues_other
                      what="requeued", runner=setup.runner, workdir=setup.workdir)
     harness.wait_job(setup.cluster, requeued, harness.final_and_restarted(1), timeout=WAIT_S,
                      what="final after its one retry", runner=setup.runner, workdir=setup.workdir)
+
+
+def test_a_hung_job_that_cannot_be_requeued_is_stopped(setup: Setup) -> None:
+    job_id = setup.submit("for i in 1 2 3 4 5; do echo \"iteration $i\"; sleep 1; done; sleep 600",
+                          comment="trainguard hang-timeout=10s", requeue=False)
+
+    advice = setup.wait_advice(job_id)
+
+    payload = advice["payload"]
+    assert payload["action"] == "stop", harness.diagnosis(setup.runner, setup.workdir, job_id)
+    assert "the job cannot be requeued (submitted with --no-requeue) and is hung: stop" in payload["reasons"]
+    job = harness.wait_job(setup.cluster, job_id, harness.is_final, timeout=WAIT_S, what="stopped",
+                           runner=setup.runner, workdir=setup.workdir)
+    assert job["JobState"] == "CANCELLED" and job["Restarts"] == "0"
 
 
 def _xid(node_var: str = "$SLURMD_NODENAME") -> str:
