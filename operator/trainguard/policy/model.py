@@ -76,7 +76,9 @@ class _Section(BaseModel):
 
 
 class Selector(_Section):
-    """Which workloads the policy covers. A job must also opt in; the selector only narrows."""
+    """Which workloads the policy covers. A job must also opt in. A job that names no policy goes to
+    the most specific policy whose selector covers it (``policy.loader.PolicySet.route``); a job
+    that names this policy is refused if the selector excludes it."""
 
     opt_in_tag: str = Field(
         default="trainguard",
