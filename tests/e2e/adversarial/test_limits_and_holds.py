@@ -123,15 +123,14 @@ def test_monitor_mode_records_that_action_mode_would_exceed_the_actions_per_hour
     slurm_cluster: SlurmCluster, start: Start, tmp_path: Path,
 ) -> None:
     runner, policy = start("monitor", "  blastRadius: {maxActionsPerHour: 1}\n" + harness.NO_LEMONS)
-    first = submit(slurm_cluster, tmp_path / "jobs", policy, nodes=2)
+    ids = [submit(slurm_cluster, tmp_path / "jobs", policy, nodes=2)]
     try:
-        allowed = outcome_of(runner, first)
-        second = submit(slurm_cluster, tmp_path / "jobs", policy, nodes=2)
-        blocked = outcome_of(runner, second)
-        jobs = [harness.wait_job(slurm_cluster, j, harness.is_final, timeout=TIMEOUT, what="final") for j in
-                (first, second)]
+        allowed = outcome_of(runner, ids[0])
+        ids.append(submit(slurm_cluster, tmp_path / "jobs", policy, nodes=2))
+        blocked = outcome_of(runner, ids[1])
+        jobs = [harness.wait_job(slurm_cluster, j, harness.is_final, timeout=TIMEOUT, what="final") for j in ids]
     finally:
-        for job_id in slurm_cluster.submitted[-2:]:
+        for job_id in ids:
             harness.cancel_if_active(slurm_cluster, job_id)
 
     assert [(j["JobState"], j["Restarts"], j["ExcNodeList"]) for j in jobs] == [("FAILED", "0", "(null)")] * 2
@@ -146,7 +145,7 @@ def test_monitor_mode_records_that_action_mode_would_exceed_the_actions_per_hour
     }
     assert "would have carried out" in limit["counted"]
     assert "Action mode would be blocked" in blocked["detail"]
-    actions = harness.of_kind(runner.audit(second), "action", 0)
+    actions = harness.of_kind(runner.audit(ids[1]), "action", 0)
     assert actions and all("would be blocked" in a["payload"]["error"] for a in actions)
     assert "slurm-local: requeue" not in runner.log()
 
@@ -159,19 +158,19 @@ def test_the_drained_share_is_per_partition(slurm_cluster: SlurmCluster, start: 
     runner, policy = start("monitor", spec)
     nodes = slurm_cluster.nodes[-2:]
     with partition(slurm_cluster, nodes) as small:
-        first = submit(slurm_cluster, tmp_path / "jobs", policy, nodes=2, partition=small)
+        ids = [submit(slurm_cluster, tmp_path / "jobs", policy, nodes=2, partition=small)]
         try:
-            outcome_of(runner, first)  # names the node of task 1: remembered
-            second = submit(slurm_cluster, tmp_path / "jobs", policy, nodes=2, partition=small)
-            blocked = outcome_of(runner, second)  # the same node again: a lemon, drained
-            for job_id in (first, second):
+            outcome_of(runner, ids[0])  # names the node of task 1: remembered
+            ids.append(submit(slurm_cluster, tmp_path / "jobs", policy, nodes=2, partition=small))
+            blocked = outcome_of(runner, ids[1])  # the same node again: a lemon, drained
+            for job_id in ids:
                 harness.wait_job(slurm_cluster, job_id, harness.is_final, timeout=TIMEOUT, what="final")
         finally:
-            for job_id in slurm_cluster.submitted[-2:]:
+            for job_id in ids:
                 harness.cancel_if_active(slurm_cluster, job_id)
         node_states = slurm_cluster.scontrol("-o", "show", "node", nodes[-1])
 
-    advice = harness.of_kind(runner.audit(second), "advice", 0)[0]["payload"]
+    advice = harness.of_kind(runner.audit(ids[1]), "advice", 0)[0]["payload"]
     assert advice["drain_nodes"] == [nodes[-1]], advice["reasons"]
     assert "DRAIN" not in node_states  # Monitor: nothing done
     limit = blocked["blast_radius"]
