@@ -32,7 +32,7 @@ from trainguard.attribute import external, lemon, rules
 from trainguard.detect import catalog as catalog_mod
 from trainguard.detect import hosts, sanitize, stream
 from trainguard.detect import matcher as matcher_mod
-from trainguard.model import actions, advice, anomalies, clock, routing, signals, verdicts, vocab, workloads
+from trainguard.model import actions, advice, anomalies, clock, limits, routing, signals, verdicts, vocab, workloads
 from trainguard.policy import blast_radius, decide, ledger, loader, overrides
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base
@@ -495,40 +495,35 @@ class Engine:
         return rt.job
 
     async def _partition_nodes(self, partition: str) -> int | None:
+        """Usable nodes of the job's partition(s), for the "enough nodes left" check of exclusions."""
         try:
             nodes = await self.scheduler.list_nodes()
         except base.SchedulerError:
             return None
-        return sum(1 for n in nodes if not partition or partition in n.partitions or not n.partitions) or None
+        return usable_partition_nodes(nodes, partition)
 
-    async def _blast_limit(self, item: advice.Advice) -> str | None:
+    async def _blast_limit(self, item: advice.Advice) -> limits.LimitReport:
         rt = self.runtimes.get(item.workload)
         spec = rt.spec if rt is not None else None
         if spec is None:  # e.g. advice resumed by recover() before discovery ran
             policy = self.policies.get(item.policy or None)
             if policy is None:
-                return f"policy {item.policy or loader.DEFAULT_NAME!r} no longer exists"
+                gone = f"policy {item.policy or loader.DEFAULT_NAME!r} no longer exists"
+                return limits.LimitReport(checks=[limits.LimitCheck(
+                    limit="policy", maximum=0, planned=blast_radius.planned_operations(item), would_block=True,
+                    reason=gone)])
             spec = policy.spec
         now = self.clock.now()
         rows = await self.store.actions_by_operation(list(actions.Operation), since=now - blast_radius.WINDOW_S)
-        # One operation per carried-out advice generation (a requeue with exclusions is three scheduler
-        # calls but one recovery), plus one per drained node, as blast_radius.planned_operations counts.
-        recent: list[tuple[float, str]] = []
-        seen: set[tuple[str, int, int]] = set()
-        for r in rows:
-            if r.status != actions.ActionStatus.DONE:
-                continue
-            if r.operation == actions.Operation.DRAIN_NODE:
-                recent.append((r.created_at, r.operation.value))
-            elif (r.workload, r.attempt, r.generation) not in seen:
-                seen.add((r.workload, r.attempt, r.generation))
-                recent.append((r.created_at, r.operation.value))
+        monitor = item.mode is vocab.Mode.MONITOR
+        recent = await counted_operations(rows, item, self.store.get_advice if monitor else None)
+        name = item.policy or loader.DEFAULT_NAME
+        counted = (f"operations carried out, plus those Monitor advice of policy {name!r} would have carried out"
+                   if monitor else "operations carried out")
         nodes = await self.scheduler.list_nodes()
-        ours = sum(1 for n in nodes if n.drained and n.reason.startswith(base.OUR_REASON_PREFIX))
-        return blast_radius.check(
-            spec, advice=item, recent_actions=recent, partition_nodes=max(len(nodes), 1), drained_by_us=ours,
-            now=now,
-        )
+        ours = [n.name for n in nodes if n.drained and n.reason.startswith(base.OUR_REASON_PREFIX)]
+        return blast_radius.evaluate(spec, advice=item, recent_actions=recent, nodes=nodes, drained_by_us=ours,
+                                     now=now, counted=counted)
 
     async def sweep(self) -> None:
         """Watchdog: give up on advice past its deadline, releasing any hold of ours; then release
@@ -571,6 +566,58 @@ _STRENGTH = {
     vocab.Attribution.UNKNOWN.value: 0,
     vocab.Attribution.NONE.value: -1,
 }
+
+
+def usable_partition_nodes(nodes: Sequence[workloads.NodeSnapshot], partition: str) -> int | None:
+    """How many of ``nodes`` are usable (not drained, down, failed, ...) in ``partition``.
+
+    ``partition`` may be a comma list (a pending job submitted to several); a node counts when it
+    is in any of them. Nodes that name no partition count everywhere. None when none is usable
+    or known, which turns the check off rather than refusing every exclusion.
+    """
+    wanted = {p for p in partition.split(",") if p}
+    return sum(
+        1 for n in nodes if n.usable and (not wanted or not n.partitions or wanted & set(n.partitions))
+    ) or None
+
+
+async def counted_operations(
+    rows: Sequence[actions.ActionRecord],
+    item: advice.Advice,
+    get_advice: Callable[[str, int, int], Awaitable[advice.Advice | None]] | None,
+) -> list[tuple[float, str]]:
+    """The (time, operation) pairs the actions-per-hour window of ``item`` counts, from action rows.
+
+    One operation per carried-out advice generation (a requeue with exclusions is three scheduler
+    calls but one recovery), plus one per drained node, as ``blast_radius.planned_operations``
+    counts. Action mode counts what was carried out (``done`` rows, every workload and policy).
+    Monitor mode (``get_advice`` given) predicts Action mode: the operations carried out for
+    real, plus the ones earlier Monitor advice of the same policy would have carried out (rows
+    ``skipped: monitor mode``, not those that would have been blocked themselves): had the
+    policy been in Action mode, those would be in the window now. ``item``'s own rows never count.
+    """
+    recent: list[tuple[float, str]] = []
+    seen: set[tuple[str, int, int]] = set()
+    policy_of: dict[tuple[str, int, int], str | None] = {}
+    own = (item.workload, item.attempt, item.generation)
+    for r in rows:
+        key = (r.workload, r.attempt, r.generation)
+        if key == own:
+            continue
+        if r.status != actions.ActionStatus.DONE:
+            if get_advice is None or r.status != actions.ActionStatus.SKIPPED or r.error != executor_mod.MONITOR_SKIP:
+                continue
+            if key not in policy_of:
+                earlier = await get_advice(*key)
+                policy_of[key] = earlier.policy if earlier is not None else None
+            if policy_of[key] != item.policy:
+                continue
+        if r.operation == actions.Operation.DRAIN_NODE:
+            recent.append((r.created_at, r.operation.value))
+        elif key not in seen:
+            seen.add(key)
+            recent.append((r.created_at, r.operation.value))
+    return recent
 
 
 def _stronger(verdict: verdicts.Verdict, earlier: str) -> bool:
