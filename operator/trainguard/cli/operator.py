@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainguard import settings as settings_mod
+from trainguard.cli import common
 from trainguard.store import location
 
 ACTIONS_ENV = "TRAINGUARD_ACTIONS_ENABLED"
@@ -100,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"trainguard operator: {exc}", file=sys.stderr)
         return 2
+    if common.load_catalog("operator", args.patterns_file) is None:  # one line now, not a kopf traceback later
+        return common.USAGE_ERROR
     own = os.environ.get("POD_NAMESPACE") or "default"
     namespaces = tuple(args.namespace) if not args.all_namespaces else ()
     if not namespaces and not args.all_namespaces:
