@@ -1,8 +1,9 @@
 """`trainguard patterns`: export, list and self-test the pattern catalog.
 
 Shell over ``detect.catalog`` and ``detect.matcher``. ``export --format lines`` is a contract
-(``shared/mission.md``): exactly the regexes the matcher compiles, one per line, catalog order,
-so ``rg -c -f <(trainguard patterns export --format lines) FILE`` counts what ``scan`` counts.
+(docs/cli.md; scripts depend on it): exactly the regexes the matcher compiles, one per line,
+catalog order, so ``rg -c -f <(trainguard patterns export --format lines) FILE`` counts what
+``scan`` counts.
 """
 
 from __future__ import annotations

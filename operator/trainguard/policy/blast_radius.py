@@ -3,8 +3,8 @@
 Place in the loop: after ``policy.decide`` and before the executor. The engine passes the
 operations carried out in the last hour across all workloads and the drain state of the
 partition; a non-None answer is the reason the advice is blocked, recorded in the audit log.
-Peers converge on such breakers (NVSentinel 50 %/5 min, GCM <= 3 actions/h, NHC minHealthy;
-shared reference peers.md A12.2): a wrong verdict repeated by a machine must not empty a cluster.
+Comparable tools have such breakers too (NVSentinel 50 %/5 min, GCM <= 3 actions/h, NHC minHealthy):
+a wrong verdict repeated by a machine must not empty a cluster.
 
 Counted operations: one for the advice's action (requeue, hold, stop; exclusions ride on the
 requeue) plus one per node to drain. The check applies in Monitor mode too, so the recorded
