@@ -71,7 +71,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--slinky-namespace", default=None, metavar="NS",
                         help="namespace of a Slinky cluster's slurmd pods: lemon nodes of Action-mode advice are "
                         "cordoned in Kubernetes (policy must allow cordonNode); needs manifests/slinky")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="log verbosity on stderr (default: INFO)")
     parser.set_defaults(func=run)
 
 
