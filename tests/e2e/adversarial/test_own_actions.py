@@ -78,7 +78,7 @@ def test_kill_lines_caused_by_our_requeue_are_evidence_of_it_not_a_new_anomaly(
     records = harness.wait_audit(
         runner, ids["hang"],
         lambda rs: any(r["payload"].get("status") == "effect" for r in harness.of_kind(rs, "action", 0)),
-        timeout=60, what="the effect of our requeue",
+        timeout=60, what="record of our requeue's effect",
     )
     anomalies = harness.of_kind(records, "anomaly", 0)
     assert [a["payload"]["symptom"] for a in anomalies] == ["hang"], harness.diagnosis(runner, workdir, ids["hang"])
