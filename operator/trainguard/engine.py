@@ -30,7 +30,7 @@ from trainguard.act import executor as executor_mod
 from trainguard.act import undrain
 from trainguard.attribute import external, lemon, rules
 from trainguard.detect import catalog as catalog_mod
-from trainguard.detect import hosts, sanitize, stream
+from trainguard.detect import hosts, own_actions, sanitize, stream
 from trainguard.detect import matcher as matcher_mod
 from trainguard.model import actions, advice, anomalies, clock, limits, routing, signals, verdicts, vocab, workloads
 from trainguard.policy import blast_radius, decide, ledger, loader, overrides
@@ -400,6 +400,8 @@ class Engine:
         if rt.spec is None or rt.detector is None:
             return
         attempt = rt.detector.attempt
+        if await self._own_effect(rt, anomaly, attempt):
+            return
         now = self.clock.now()
         await self.store.record_anomaly(workload=rt.workload, attempt=attempt, anomaly=anomaly, at=now)
         rt.last_anomaly = anomaly
@@ -423,6 +425,22 @@ class Engine:
         item = await self._decide(rt, anomaly, verdict, attempt)
         if item is not None:
             rt.task = self._spawn(self._carry_out(rt, item), f"recover:{rt.workload}:{attempt}:{item.generation}")
+
+    async def _own_effect(self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, attempt: int) -> bool:
+        """True (and recorded as evidence of that action) when ``anomaly`` is only the teardown that our
+        own requeue/cancel of this attempt caused: the effects of our actions are not failures."""
+        now = self.clock.now()
+        ours = await self.store.actions_by_operation(list(own_actions.TERMINATING), since=now - own_actions.WINDOW_S)
+        row = own_actions.effect_of(anomaly, workload=rt.workload, attempt=attempt, ours=ours)
+        if row is None:
+            return False
+        advised = rt.last_advice.action.value if rt.last_advice and rt.last_advice.generation == row.generation else ""
+        payload = own_actions.effect_payload(anomaly, row, advised)
+        await self.store.record_effect(workload=rt.workload, attempt=attempt, payload=payload, at=now)
+        await self._notify(rt, vocab.AuditKind.ACTION, payload)
+        logger.info("%s attempt %d: %s is the effect of our %s (generation %d), recorded as such, not as a failure",
+                    rt.workload, attempt, anomaly.category.value, row.operation.value, row.generation)
+        return True
 
     async def _decide(
         self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, verdict: verdicts.Verdict, attempt: int

@@ -6,7 +6,8 @@ an operation, and an ``in_effect`` test over a fresh job snapshot, so a restarte
 can tell from the scheduler's own state whether a step it had begun already took effect
 (e.g. the restart count advanced => the requeue happened => do not requeue again).
 
-Plans (Slurm semantics; see shared reference slurm-slinky-jobset §3.1 and §3.3):
+Plans (Slurm semantics: ``scontrol requeue`` and ``requeuehold`` raise the job's restart count,
+``ExcNodeList`` can be updated only while the job is pending, ``release`` clears a hold):
 - requeue without exclusions: ``requeue``;
 - requeue with exclusions: ``requeue_hold`` -> ``exclude_nodes`` -> ``release`` (ExcNodeList
   can only be changed while the job is pending, and the hold keeps it from starting

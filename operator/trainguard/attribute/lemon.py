@@ -3,8 +3,8 @@
 Place in the loop: ``attribute.rules`` reads a ``NodeHistory`` to raise its confidence in a
 suspect that keeps failing jobs and to name it even when the evidence alone cannot; the engine
 adds each verdict's suspects with ``record`` afterwards and the store persists the history as
-JSON. Peers converge on this (Meta's lemon-node detection, nvrx-watch ``suspect_node``, Lablup:
-a few nodes cause most exclusions; shared reference peers.md A12.7).
+JSON. Comparable tools do the same (Meta's lemon-node detection, nvrx-watch ``suspect_node``; in
+practice a few nodes cause most exclusions).
 
 An implication is counted once per incident, i.e. per (workload, attempt): a cascade in which
 every rank of one attempt names the same node is one incident, not many (NVRx: "same-attempt

@@ -1,21 +1,28 @@
 """`trainguard detect`: one verdict per log file, offline (``detect.static`` over the catalog).
 
-Contract (``shared/mission.md``, checked from outside): with ``--format json`` one JSON object
-per line per file, keys ``path``, ``symptom``, ``category``, ``attribution``, ``evidence``
-(``{line, text, pattern}``, initiating line first), ``suspect_nodes``, ``suspect_ranks``.
-``-`` reads standard input. A file that cannot be read gets a one-line error on stderr, the
-other files are still processed, and the exit code is 1 (0 when every file was read).
+Contract (docs/cli.md; checked by users' scripts, keep it stable): with ``--format json`` one JSON
+object per line per input, in argument order, keys ``path``, ``symptom``, ``category``,
+``attribution``, ``evidence`` (``{line, text, pattern}``, initiating line first), ``suspect_nodes``,
+``suspect_ranks``, and ``input`` (``ok`` | ``empty`` | ``binary`` | ``unreadable``, see
+``detect.inputs``). ``-`` reads standard input.
+
+An input that is not a readable text log is reported as such, never as a plain ``healthy``: its
+object says ``input`` (the verdict fields hold only what could be found in it: nothing for an
+empty, unreadable or compressed input), one line on stderr says why, the other inputs are still
+processed, and the exit code is 1. Exit 0: every input was read as text. Exit 2: a problem with
+the command line or a ``--patterns-file`` (one line on stderr; nothing was read).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from trainguard.detect import catalog, matcher, static, stream
+from trainguard.cli import common
+from trainguard.detect import inputs, matcher, static, stream
+from trainguard.model import vocab
 
 MAX_EVIDENCE = 20
 """Evidence lines per file in the output (initiating first); the rest are counted, not shown."""
@@ -27,6 +34,9 @@ def add_parser(sub: Any) -> None:
         help="classify training log files: crash, hang, straggler or healthy, with first cause and suspects",
         description="Read whole log files and print one verdict per file: symptom, category, attribution, "
         "the evidence lines (initiating event first) and the suspect nodes/ranks.",
+        epilog="Exit status: 0 every input was read as a text log; 1 some input was empty, binary or unreadable "
+        "(reported as such on stderr and in the 'input' field, never as healthy; the others are still analysed); "
+        "2 bad arguments or --patterns-file (nothing read).",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="log file to analyse; '-' for standard input")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
@@ -56,49 +66,64 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    cat = common.load_catalog("detect", args.patterns_file)
+    if cat is None:
+        return common.USAGE_ERROR
     try:
-        cat = catalog.load_catalog(extra_files=args.patterns_file)
         compiled = matcher.build_matcher(cat, engine=args.engine)
         settings = stream.DetectionSettings(progress_regex=args.progress_regex)
         static.FileAnalyzer(compiled, settings)  # validates the progress regex before any file is read
-    except (catalog.CatalogError, matcher.MatcherError, ValueError) as exc:
-        print(f"trainguard detect: {exc}", file=sys.stderr)
-        return 2
-    failed = 0
+    except (matcher.MatcherError, ValueError) as exc:
+        common.error("detect", str(exc))
+        return common.USAGE_ERROR
+    if args.paths.count("-") > 1:
+        common.error("detect", "'-' (standard input) can be given only once")
+        return common.USAGE_ERROR
+    not_text = 0
     for path in args.paths:
-        try:
-            result = _analyze(path, compiled, settings)
-        except OSError as exc:
-            failed += 1
-            reason = exc.strerror or str(exc)
-            print(f"trainguard detect: {path}: {reason}", file=sys.stderr)
-            continue
+        result, sniffed = _analyze(path, compiled, settings)
+        if sniffed.kind != inputs.Kind.OK:
+            not_text += 1
+            common.error("detect", f"{path}: {sniffed.detail}")
         if args.format == "json":
-            print(json.dumps(result.to_json(args.max_evidence), ensure_ascii=False), flush=True)
+            document = result.to_json(args.max_evidence) if result else _nothing(path).to_json(0)
+            document["input"] = sniffed.kind.value
+            print(json.dumps(document, ensure_ascii=False), flush=True)
+        elif result is None:
+            print(f"{path}: not analysed ({sniffed.kind.value} input)", flush=True)
         else:
-            print(_text(result, args.max_evidence), flush=True)
-    return 1 if failed else 0
+            print(_text(result, args.max_evidence, sniffed.kind), flush=True)
+    return 1 if not_text else 0
 
 
-def _analyze(path: str, compiled: stream.Matcher, settings: stream.DetectionSettings) -> static.Result:
+def _analyze(
+    path: str, compiled: stream.Matcher, settings: stream.DetectionSettings
+) -> tuple[static.Result | None, inputs.Sniffed]:
+    """The verdict on one input (None when nothing could be read as text) and what the input held."""
     analyzer = static.FileAnalyzer(compiled, settings)
-    if path == "-":
-        return analyzer.analyze("-", sys.stdin.buffer)
-    target = Path(path)
-    if target.is_dir():
-        raise IsADirectoryError(21, "is a directory", path)
-    handle: BinaryIO
-    with target.open("rb") as handle:
-        return analyzer.analyze(path, handle)
+    try:
+        with inputs.open_input(path) as (handle, sniffed):
+            if sniffed.kind == inputs.Kind.EMPTY or sniffed.skip:
+                return None, sniffed
+            return analyzer.analyze(path, handle), sniffed
+    except OSError as exc:
+        return None, inputs.Sniffed(inputs.Kind.UNREADABLE, inputs.reason(exc))
 
 
-def _text(result: static.Result, max_evidence: int) -> str:
+def _nothing(path: str) -> static.Result:
+    """The verdict fields of an input with nothing analysed: no failure found, because none was looked for."""
+    return static.Result(path, vocab.Symptom.HEALTHY, vocab.Category.NONE, vocab.Attribution.NONE)
+
+
+def _text(result: static.Result, max_evidence: int, kind: inputs.Kind = inputs.Kind.OK) -> str:
     head = f"{result.path}: {result.symptom.value}"
     if result.symptom.value != "healthy":
         head += f" ({result.category.value}, attribution {result.attribution.value})"
     if result.suspect_nodes or result.suspect_ranks:
         head += f"; suspects: nodes {', '.join(result.suspect_nodes) or '-'}, "
         head += f"ranks {', '.join(str(r) for r in result.suspect_ranks) or '-'}"
+    if kind != inputs.Kind.OK:
+        head += f" [{kind.value} input]"
     lines = [head]
     if result.summary:
         lines.append(f"  {result.summary}")

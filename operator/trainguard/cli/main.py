@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import trainguard
 
-SUBCOMMANDS = ("detect", "scan", "patterns", "run", "audit", "operator")
+SUBCOMMANDS = ("detect", "scan", "patterns", "policy", "run", "audit", "operator")
 """Modules under ``trainguard.cli`` that register a sub-command, in ``--help`` order."""
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainguard import settings as settings_mod
+from trainguard.cli import common
 from trainguard.store import location
 
 ACTIONS_ENV = "TRAINGUARD_ACTIONS_ENABLED"
@@ -70,7 +71,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--slinky-namespace", default=None, metavar="NS",
                         help="namespace of a Slinky cluster's slurmd pods: lemon nodes of Action-mode advice are "
                         "cordoned in Kubernetes (policy must allow cordonNode); needs manifests/slinky")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="log verbosity on stderr (default: INFO)")
     parser.set_defaults(func=run)
 
 
@@ -100,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"trainguard operator: {exc}", file=sys.stderr)
         return 2
+    if common.load_catalog("operator", args.patterns_file) is None:  # one line now, not a kopf traceback later
+        return common.USAGE_ERROR
     own = os.environ.get("POD_NAMESPACE") or "default"
     namespaces = tuple(args.namespace) if not args.all_namespaces else ()
     if not namespaces and not args.all_namespaces:

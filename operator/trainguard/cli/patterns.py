@@ -1,8 +1,9 @@
 """`trainguard patterns`: export, list and self-test the pattern catalog.
 
 Shell over ``detect.catalog`` and ``detect.matcher``. ``export --format lines`` is a contract
-(``shared/mission.md``): exactly the regexes the matcher compiles, one per line, catalog order,
-so ``rg -c -f <(trainguard patterns export --format lines) FILE`` counts what ``scan`` counts.
+(docs/cli.md; scripts depend on it): exactly the regexes the matcher compiles, one per line,
+catalog order, so ``rg -c -f <(trainguard patterns export --format lines) FILE`` counts what
+``scan`` counts.
 """
 
 from __future__ import annotations
@@ -34,17 +35,21 @@ def add_parser(sub: Any) -> None:
         )
 
     export = actions.add_parser("export", help="print the catalog's regexes or entries")
-    export.add_argument("--format", choices=("lines", "yaml", "json"), default="lines")
+    export.add_argument("--format", choices=("lines", "yaml", "json"), default="lines",
+                        help="lines: one regex per line, for rg -f / grep -E -f (default); yaml or json: the "
+                        "whole catalog entries, loadable again with --patterns-file")
     common(export)
     export.set_defaults(func=run_export)
 
     listing = actions.add_parser("list", help="table of id, category, attribution hint, severity")
-    listing.add_argument("--format", choices=("table", "json"), default="table")
+    listing.add_argument("--format", choices=("table", "json"), default="table",
+                         help="table: aligned columns (default); json: one object per line")
     common(listing)
     listing.set_defaults(func=run_list)
 
     test = actions.add_parser("test", help="run every example and counter-example; exit 1 on a failure")
-    test.add_argument("--engine", choices=("auto", *matchers.ENGINES), default="auto")
+    test.add_argument("--engine", choices=("auto", *matchers.ENGINES), default="auto",
+                      help="matcher engine to test the examples with (default: the fastest installed)")
     common(test)
     test.set_defaults(func=run_test)
 

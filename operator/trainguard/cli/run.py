@@ -57,7 +57,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--known-hosts", default=None, metavar="FILE", help="SSH known_hosts file")
     parser.add_argument("--poll", type=float, default=settings_mod.EngineSettings.discovery_interval_s,
                         metavar="SECONDS", help="seconds between job listings (default: %(default)s)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="log verbosity on stderr (default: INFO)")
     parser.add_argument("--once", action="store_true", help="run one discovery + tailing round and exit")
     parser.set_defaults(func=run)
 

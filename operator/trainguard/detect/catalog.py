@@ -63,7 +63,7 @@ def _parse(document: Any, origin: str) -> tuple[str, list[specs.PatternSpec]]:
         try:
             spec = specs.PatternSpec.model_validate(entry)
         except ValidationError as exc:
-            raise CatalogError(f"{origin}: pattern {ident}: {exc}") from exc
+            raise CatalogError(f"{origin}: pattern {ident}: {_one_line(exc)}") from None
         if spec.id in seen:
             raise CatalogError(f"{origin}: duplicate pattern id {spec.id!r}")
         seen.add(spec.id)
@@ -74,6 +74,15 @@ def _parse(document: Any, origin: str) -> tuple[str, list[specs.PatternSpec]]:
             )
         parsed.append(spec)
     return version, parsed
+
+
+def _one_line(exc: ValidationError) -> str:
+    """Every problem as ``field.path: message``, on one line (the CLI prints it as one line)."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        problems.append(f"{where}: {error['msg']}" if where else str(error["msg"]))
+    return "; ".join(problems)
 
 
 def _matches_empty(regex: str) -> bool:
@@ -137,9 +146,18 @@ def load_builtin() -> Catalog:
 def load_file(path: Path) -> list[specs.PatternSpec]:
     """Operator patterns from a YAML file (same schema as the built-in catalog)."""
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise CatalogError(f"{path}: {exc}") from exc
+        if path.is_dir():
+            raise IsADirectoryError(21, "is a directory", str(path))
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CatalogError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        # PyYAML's message spans several lines (context, the offending line, a caret); keep it to one.
+        raise CatalogError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
     return _parse(document, str(path))[1]
 
 

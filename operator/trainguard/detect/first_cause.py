@@ -27,8 +27,8 @@ the initiating line's pattern has no attribution hint, a line reporting the same
 class and category, e.g. the ``Killed`` of a batch script and slurmstepd's oom-kill) supplies it.
 Suspects are only the node/rank of the initiating event
 (for hardware, every node with hardware evidence). When only timeouts are present, the rank
-that lags (lower ``SeqNum`` than its peers) or never reports is named, else the elastic
-``Root Cause`` block's rank/host.
+that lags (a lower ``last completed NCCL work`` than its peers in PyTorch >= 2.2, a lower
+``SeqNum`` before) or never reports is named, else the elastic ``Root Cause`` block's rank/host.
 """
 
 from __future__ import annotations
@@ -121,6 +121,13 @@ class FirstCause:
 
 
 _SEQNUM = re.compile(r"SeqNum=(\d+)")
+_LAST_COMPLETED = re.compile(r"last completed NCCL work: (-?\d+)")
+"""PyTorch >= 2.2 (``Timeout at NCCL work: N, last enqueued NCCL work: E, last completed NCCL work: C``,
+from 2.4 also ``Exception (either an error or timeout) detected by watchdog at work: N, ...``): the
+rank's own progress, -1 before its first collective completed."""
+_PROCESS_GROUP = re.compile(r"\[PG (?:ID )?(\d+)")
+"""The process group a ProcessGroupNCCL line speaks of (``[PG 1 Rank 3]``, ``[PG ID 2 PG GUID 9 Rank 4]``);
+sequence numbers count per group, so only numbers of the same group are compared."""
 
 
 def find_first_cause(
@@ -277,22 +284,28 @@ def _add_suspect(
 def _lagging_ranks(ordered: Sequence[anomalies.Evidence], ranks_seen: Collection[int]) -> list[int]:
     """Ranks that started the hang: behind their peers' collective, or silent while peers time out.
 
-    A rank stuck before a collective has issued fewer collectives than the rest, so its
-    watchdog (if it fires at all) reports a lower ``SeqNum``. A rank that never prints a
-    timeout while most peers do is the one the others wait for (Flight Recorder's "missing
-    ranks"). Both need a clear minority; otherwise nobody is named.
+    A rank stuck before a collective has completed fewer collectives than the rest: PyTorch >= 2.2
+    prints that count (``last completed NCCL work: N``), older versions only the sequence number of
+    the collective that timed out (``WorkNCCL(SeqNum=N, ...)``), which is lower on the rank behind
+    too. The first measure is used when enough ranks print it, else the second; both are compared
+    only within one process group. A rank that never prints a timeout while most peers do is the
+    one the others wait for (Flight Recorder's "missing ranks"). All need a clear minority;
+    otherwise nobody is named.
     """
-    seq_by_rank: dict[int, int] = {}
+    completed: dict[tuple[str, int], int] = {}
+    seq_by_rank: dict[tuple[str, int], int] = {}
     for item in ordered:
         if item.category != C.NCCL_TIMEOUT or item.rank is None:
             continue
-        m = _SEQNUM.search(item.text)
-        if m:
-            seq_by_rank.setdefault(item.rank, int(m.group(1)))
-    if len(seq_by_rank) >= 3:
-        common, count = Counter(seq_by_rank.values()).most_common(1)[0]
-        laggards = sorted(r for r, s in seq_by_rank.items() if s < common)
-        if laggards and len(laggards) * 2 < len(seq_by_rank) and count * 2 > len(seq_by_rank):
+        if m := _LAST_COMPLETED.search(item.text):
+            group = _PROCESS_GROUP.search(item.text)
+            completed.setdefault((group.group(1) if group else "", item.rank), int(m.group(1)))
+        if m := _SEQNUM.search(item.text):
+            # The old wording rarely names the group; its numbers are compared as one group, as ever.
+            seq_by_rank.setdefault(("", item.rank), int(m.group(1)))
+    for measure in (completed, seq_by_rank):
+        laggards = _behind(measure)
+        if laggards:
             return laggards
     timed_out = {item.rank for item in ordered if item.category == C.NCCL_TIMEOUT and item.rank is not None}
     world = set(ranks_seen) | timed_out
@@ -300,3 +313,19 @@ def _lagging_ranks(ordered: Sequence[anomalies.Evidence], ranks_seen: Collection
     if len(timed_out) >= 3 and silent and len(silent) * 4 <= len(world):
         return silent
     return []
+
+
+def _behind(progress: Mapping[tuple[str, int], int]) -> list[int]:
+    """Ranks whose count is below the value a clear majority of their process group reports."""
+    groups: dict[str, dict[int, int]] = {}
+    for (group, rank), value in progress.items():
+        groups.setdefault(group, {})[rank] = value
+    laggards: set[int] = set()
+    for by_rank in groups.values():
+        if len(by_rank) < 3:
+            continue
+        common, count = Counter(by_rank.values()).most_common(1)[0]
+        behind = {rank for rank, value in by_rank.items() if value < common}
+        if behind and len(behind) * 2 < len(by_rank) and count * 2 > len(by_rank):
+            laggards |= behind
+    return sorted(laggards)

@@ -14,7 +14,7 @@ Prefixes understood (they can stack, e.g. pdsh ``node3: [rank5]: node3:123:140 [
   ``10.0.0.7: text`` (DeepSpeed's pdsh launcher names hosts as its hostfile does, often by IPv4);
 * syslog/kern.log: ``Nov 29 12:00:01 node3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, ...``;
 * srun/slurmstepd summaries: ``srun: error: node2: task 1: Killed``, ``*** STEP 1.0 ON node2 ...``;
-* c10d: ``[Rank 3]`` inside ProcessGroupNCCL messages.
+* c10d: ``[Rank 3]`` (``[PG 0 ... Rank 3]`` from PyTorch 2.2) inside ProcessGroupNCCL messages.
 
 The multi-line ``Root Cause (first observed failure)`` block of torch elastic's
 ``ChildFailedError`` summary is read by ``RootCauseReader``.
@@ -51,7 +51,10 @@ _SYSLOG = re.compile(
 _PCI = re.compile(r"\(PCI:([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})")
 _SRUN_TASK = re.compile(r"srun: error: ([A-Za-z0-9][A-Za-z0-9_.-]{0,62}): tasks? (\d{1,6})(?:-\d+)?: ")
 _STEP_ON = re.compile(r"\*\*\* (?:STEP|JOB) [\d.]+ ON ([A-Za-z0-9][A-Za-z0-9_.-]{0,62}) ")
-_C10D_RANK = re.compile(r"\[(?:PG \S+ )?Rank (\d{1,6})\]")
+# c10d's own ``[Rank 3]``, and from PyTorch 2.2 ``[PG 0 Rank 3]``, ``[PG 0 (default_pg) Rank 3]``,
+# ``[PG ID 0 PG GUID 0(default_pg) Rank 3]``. Only the default group (0) counts: in any other process
+# group the number is the rank inside that group, not the global rank.
+_C10D_RANK = re.compile(r"\[(?:PG (?:ID )?0 (?:[^\[\]]*? )?)?Rank (\d{1,6})\]")
 _NCCL_COMM_RANK = re.compile(r"NCCL INFO .*\brank (\d{1,6}) nranks \d+")
 _TIMESTAMPISH = re.compile(r"^\d")
 _NOT_HOSTS = frozenset({"srun", "slurmstepd", "sbatch", "salloc", "kernel", "nvrm", "nccl"})

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from trainguard.detect import catalog as catalogs
 
@@ -174,29 +174,33 @@ class Matcher:
         scanned in one call, and match offsets are mapped to lines. Raises OSError when the
         file cannot be read.
         """
+        with path.open("rb") as handle:
+            return self.scan_stream(handle)
+
+    def scan_stream(self, handle: BinaryIO) -> ScanStats:
+        """``scan_file`` over an open binary stream (standard input, a file already opened)."""
         started = time.perf_counter()
         counts = [0] * len(self._ids)
         lines = 0
         matched = 0
         tail = b""
         last_byte = b""
-        with path.open("rb") as handle:
-            while True:
-                block = handle.read(CHUNK_BYTES)
-                if not block:
-                    chunk, tail = tail, b""
-                else:
-                    last_byte = block[-1:]
-                    cut = block.rfind(b"\n")
-                    if cut < 0:
-                        tail += block
-                        continue
-                    chunk, tail = tail + block[: cut + 1], block[cut + 1 :]
-                if chunk:
-                    lines += chunk.count(b"\n")
-                    matched += self._scan_chunk(chunk, counts)
-                if not block:
-                    break
+        while True:
+            block = handle.read(CHUNK_BYTES)
+            if not block:
+                chunk, tail = tail, b""
+            else:
+                last_byte = block[-1:]
+                cut = block.rfind(b"\n")
+                if cut < 0:
+                    tail += block
+                    continue
+                chunk, tail = tail + block[: cut + 1], block[cut + 1 :]
+            if chunk:
+                lines += chunk.count(b"\n")
+                matched += self._scan_chunk(chunk, counts)
+            if not block:
+                break
         if last_byte and last_byte != b"\n":
             lines += 1  # a last line without a newline
         patterns = {self._ids[i]: n for i, n in enumerate(counts) if n}

@@ -8,8 +8,8 @@ status subresource, printer columns, short names) and writes them as YAML into `
 ``Kustomization`` file that ``manifests/`` pulls in. ``tests/unit/k8s/test_crds.py`` regenerates
 them and fails on any difference, as Slinky's ``make manifests`` check does.
 
-``kubectl get recoveries`` (shared/mission.md) works through the WorkloadRecovery short name
-``recoveries``; kubectl resolves short names from discovery like plurals.
+``kubectl get recoveries`` (the command users are told to run, docs/operator.md) works through the
+WorkloadRecovery short name ``recoveries``; kubectl resolves short names from discovery like plurals.
 
 Usage: ``python -m trainguard.k8s.crds --out crds/`` writes; ``--check`` exits 1 on a difference.
 """

@@ -6,7 +6,7 @@ on the workload's WorkloadRecovery (``kubectl describe recovery ...`` and ``kube
 show them). The audit store stays the durable log: an Event that cannot be posted (throttling, API
 down) is logged and dropped, never retried into a duplicate, and never stops the loop.
 
-Reasons are a closed vocabulary (house style 9): the constants below, one line each.
+Reasons are a closed vocabulary, so alerts can match on them: the constants below, one line each.
 """
 
 from __future__ import annotations

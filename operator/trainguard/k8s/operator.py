@@ -59,7 +59,8 @@ VERSION: Final = "v1alpha1"
 
 @dataclass(frozen=True)
 class OperatorConfig:
-    """Everything ``trainguard operator`` was started with (one explicit object, house style 4)."""
+    """Everything ``trainguard operator`` was started with: one explicit object rather than globals or
+    environment reads scattered through the handlers, so a test can build it and print it."""
 
     scheduler: str
     """Scheduler spec, as for ``trainguard run`` (slurm-local | slurm-ssh://... | slurm-rest://...)."""

@@ -21,7 +21,7 @@ from trainguard.k8s import condition, policy_status
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
 
-# Condition reasons (house style 9).
+# Condition reasons: a closed set of CamelCase constants, so clients and tests can match on them.
 VALID: Final = "Valid"
 """Accepted=True / Invalid=False: the spec was read and is in force."""
 VALIDATION_FAILED: Final = "ValidationFailed"

@@ -8,8 +8,8 @@ and the per-workload overrides.
 
 These pydantic models are the single source of the CRD schema: ``k8s/crds.py`` generates the
 OpenAPI (and the CEL rules below, which are data here, so the Python check and the apiserver check
-come from the same regexes). The phase is an Enum with a transition table and a guard that raises
-(house style 9), so a handler cannot write an impossible history into status.
+come from the same regexes). The phase is an Enum with a transition table and a guard that raises,
+so a handler cannot write an impossible history into status.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ The mapping has two sources (slurm-operator ``internal/controller/nodeset/utils/
 - the Slurm node's ``comment``: JSON ``{"namespace","podName","node","nodeSetName","nodeSetUID"}``
   that Slinky writes; the most reliable, so it wins when both are known.
 
-Ownership (house style 8): our reason starts with ``trainguard:``. A node someone else cordoned is
-left alone; we only ever uncordon a node whose cordon reason is ours. We patch Nodes only (never
-pods or NodeSets), with a merge patch: no finalizers, no other fields touched.
+Ownership: we only undo what we did ourselves, so our reason starts with ``trainguard:``. A node
+someone else cordoned is left alone; we only ever uncordon a node whose cordon reason is ours. We
+patch Nodes only (never pods or NodeSets), with a merge patch: no finalizers, no other fields touched.
 """
 
 from __future__ import annotations

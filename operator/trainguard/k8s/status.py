@@ -10,7 +10,7 @@ module turns one into the ``WorkloadRecovery`` a user sees with ``kubectl get re
   transition times and respect the phase transition guard of ``k8s/recovery.py``);
 - ``sync_status`` reads the object, compares, and patches ``/status`` only when it differs, with
   the resourceVersion it read: a concurrent writer makes the server answer 409 Conflict, and the
-  write is recomputed from a fresh read (house style 7: status under conflict retry).
+  write is recomputed from a fresh read, so a concurrent writer's change is never overwritten blindly.
 
 The audit store is the durable log; status is the view, rebuilt from the engine at any time.
 """
@@ -41,7 +41,7 @@ CONFLICT_RETRIES: Final = 5
 """Re-reads after a 409 before giving up until the next round; conflicts come from a concurrent
 writer (a person, kubectl, another controller) and settle in one or two rounds."""
 
-# Condition reasons (CamelCase constants, house style 9).
+# Condition reasons: a closed set of CamelCase constants, so clients and tests can match on them.
 POLICY_FOUND: Final = "PolicyFound"
 """PolicyResolved=True: a RecoveryPolicy covers the workload."""
 POLICY_NOT_FOUND: Final = "PolicyNotFound"

@@ -2,7 +2,7 @@
 
 Place in the loop: discovery, for workloads that are Kubernetes objects (JobSets first; Kubeflow
 PyTorchJob/TrainJob later). Slurm jobs opt in with their comment (``policy/overrides.py``); a
-Kubernetes workload opts in with one annotation (shared/mission.md). The kinds are described by
+Kubernetes workload opts in with one annotation (the documented opt-in, docs/policy.md). The kinds are described by
 ``WorkloadKind`` entries in ``KINDS`` — what to watch and how to read one object — so a JobSet
 adapter (``schedulers/jobset.py``, a later issue) drops in by adding an entry, and the operator's
 handlers are registered from this table rather than written per kind.

@@ -19,7 +19,8 @@ class Symptom(enum.StrEnum):
 
 
 class Category(enum.StrEnum):
-    """Failure category; the vocabulary of ``shared/mission.md``."""
+    """Failure category: a closed vocabulary that ``trainguard detect --format json``, the audit log and
+    the CRDs publish (docs/cli.md); renaming or removing a value breaks users' scripts and dashboards."""
 
     NCCL_TIMEOUT = "nccl_timeout"
     NCCL_ERROR = "nccl_error"

@@ -5,9 +5,10 @@ and from each Advice; ``policy.decide`` reads it; the store persists it as JSON 
 here round-trips through ``model_dump(mode="json")``). All helpers are pure: they return a new
 history and never change the one they are given, so a decision can be replayed from records.
 
-Retries are counted like Slurm counts restarts (``restart_cnt``, shared reference
-slurm-slinky-jobset.md §3.3): every requeue, whoever made it, raises the attempt number, so
-``retries_used`` is the highest attempt seen, not the number of our own actions.
+Retries are counted like Slurm counts restarts (``restart_cnt``, ``Restarts=`` in ``scontrol show
+job``, ``SLURM_RESTART_COUNT`` in the job): every requeue, whoever made it (us, a person, Slurm after
+a node failure), raises the attempt number, so ``retries_used`` is the highest attempt seen, not the
+number of our own actions.
 """
 
 from __future__ import annotations

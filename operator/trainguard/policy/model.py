@@ -32,7 +32,8 @@ from trainguard.model import openapi, patterns, vocab
 from trainguard.policy import durations
 
 API_VERSION = "trainguard.dev/v1alpha1"
-"""apiVersion of the RecoveryPolicy CRD (API group ``trainguard.dev``, shared/mission.md)."""
+"""apiVersion of the RecoveryPolicy CRD. The API group ``trainguard.dev`` is public: manifests in users'
+Git repositories name it, so it never changes."""
 
 KIND: Final = "RecoveryPolicy"
 
@@ -83,7 +84,7 @@ class Selector(_Section):
     opt_in_tag: str = Field(
         default="trainguard",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
-        description="First word of a Slurm job comment that opts the job in (mission convention: "
+        description="First word of a Slurm job comment that opts the job in (the documented opt-in is "
         "'trainguard'). Change it only to run two installations side by side.",
     )
     policy_name: str | None = Field(

@@ -5,7 +5,7 @@ the policy named there and calls ``resolve`` (or ``apply_overrides``) to get the
 that ``policy.decide`` uses for that job. Problems never raise: they come back in
 ``OptIn.errors`` and the engine records them on the workload.
 
-Rules (shared/mission.md "Opt-in conventions"):
+Rules (the documented opt-in, docs/policy.md; users' sbatch scripts depend on them):
 
 * the first word must be exactly the opt-in tag (``trainguard``); ``trainguardx``,
   ``notrainguard`` or ``Trainguard`` are not an opt-in, and neither is an empty comment;

@@ -1,6 +1,6 @@
 """Turn a ``--scheduler`` spec into a ``base.Scheduler``; the CLI and the engine call this.
 
-Specs (the ``trainguard run --scheduler`` contract in ``shared/mission.md``):
+Specs (the documented ``trainguard run --scheduler`` values, kept stable for users' unit files):
 ``slurm-local``, ``slurm-ssh://user@host[:port]``, ``slurm-rest://host:port`` (``https=True``
 for TLS). Anything else is a clear ``ValueError`` naming the accepted forms.
 """

@@ -468,6 +468,16 @@ class AuditStore:
 
         await self._transaction(work)
 
+    async def record_effect(self, *, workload: str, attempt: int, payload: dict[str, object], at: float) -> None:
+        """What one of our own actions was seen to do (``detect.own_actions``): an ``action`` record with
+        status ``effect``, written instead of an anomaly, so our own requeue's kill lines are not a failure."""
+
+        async def work(session: AsyncSession) -> None:
+            self._log(session, at=at, workload=workload, attempt=attempt, kind=vocab.AuditKind.ACTION,
+                      payload=payload, decided_by="detector")
+
+        await self._transaction(work)
+
     # -- the unified stream ---------------------------------------------------------------------
 
     async def audit_records(

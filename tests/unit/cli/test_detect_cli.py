@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -26,14 +28,17 @@ def test_json_contract_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFi
     code = main.main(["detect", "--format", "json", str(hang), str(tmp_path / "missing.log"), str(healthy)])
     out, err = capsys.readouterr()
     assert code == 1
-    assert "missing.log" in err
-    assert "Traceback" not in err
-    first, second = (json.loads(line) for line in out.splitlines())
-    assert set(first) == {"path", "symptom", "category", "attribution", "evidence", "suspect_nodes", "suspect_ranks"}
+    assert err == f"trainguard detect: {tmp_path / 'missing.log'}: No such file or directory\n"
+    first, missing, second = (json.loads(line) for line in out.splitlines())
+    assert set(first) == {
+        "path", "symptom", "category", "attribution", "evidence", "suspect_nodes", "suspect_ranks", "input",
+    }
     assert (first["symptom"], first["category"], first["attribution"]) == ("hang", "nccl_timeout", "unknown")
     assert first["evidence"][0] == {"line": 2, "text": TIMEOUT, "pattern": "nccl.watchdog_timeout"}
+    assert (missing["path"], missing["input"], missing["evidence"]) == (str(tmp_path / "missing.log"), "unreadable", [])
     assert (second["symptom"], second["category"], second["attribution"]) == ("healthy", "none", "none")
     assert (second["evidence"], second["suspect_nodes"], second["suspect_ranks"]) == ([], [], [])
+    assert (first["input"], second["input"]) == ("ok", "ok")  # a stray NUL or escape does not make a log binary
 
 
 def test_text_format_and_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,3 +80,93 @@ def test_bad_patterns_file_and_bad_regex_are_clear_errors(tmp_path: Path, capsys
 def test_directory_is_an_error_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main.main(["detect", str(tmp_path)]) == 1
     assert "is a directory" in capsys.readouterr().err
+
+
+def _inputs(tmp_path: Path) -> dict[str, Path]:
+    rnd = random.Random(3)
+    files = {
+        "empty": b"",
+        "blank": b"\n  \n\t\n",
+        "gzip": gzip.compress((TIMEOUT + "\n").encode() * 50),
+        "core": b"\x7fELF\x02\x01\x01" + bytes(4000),
+        "zeros": bytes(8192) + b"step 1 | loss 2.0\n",
+        "noise": bytes(rnd.randrange(256) for _ in range(20000)),
+    }
+    paths = {}
+    for name, data in files.items():
+        paths[name] = tmp_path / f"{name}.log"
+        paths[name].write_bytes(data)
+    return paths
+
+
+def test_empty_binary_and_unreadable_inputs_are_reported_not_healthy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = _inputs(tmp_path)
+    argv = [str(p) for p in paths.values()]
+    assert main.main(["detect", "--format", "json", *argv]) == 1
+    out, err = capsys.readouterr()
+    got = {Path(r["path"]).stem: r["input"] for r in map(json.loads, out.splitlines())}
+    assert got == {"empty": "empty", "blank": "empty", "gzip": "binary", "core": "binary", "zeros": "binary",
+                   "noise": "binary"}
+    lines = err.splitlines()
+    assert len(lines) == len(paths) and all(line.startswith("trainguard detect: ") for line in lines)
+    assert f"{paths['empty']}: empty input, nothing to analyse" in err
+    assert f"{paths['gzip']}: binary input: gzip-compressed data" in err and "zcat" in err
+    assert "Traceback" not in err
+    assert main.main(["detect", str(paths["empty"]), str(paths["gzip"])]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        f"{paths['empty']}: not analysed (empty input)", f"{paths['gzip']}: not analysed (binary input)",
+    ]
+
+
+def test_a_failure_inside_binary_data_is_still_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A log whose first blocks are a NUL hole (a client crash on a network filesystem) still has lines to read.
+    path = tmp_path / "holed.log"
+    path.write_bytes(bytes(16384) + (TIMEOUT + "\n").encode())
+    assert main.main(["detect", "--format", "json", str(path)]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert (result["symptom"], result["category"], result["input"]) == ("hang", "nccl_timeout", "binary")
+
+
+def test_empty_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert main.main(["detect", "--format", "json", "-"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["input"] == "empty"
+    assert err == "trainguard detect: -: empty input, nothing to analyse\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (None, "cannot read: No such file or directory"),
+        ("- id: x\n  category: [\n", "not valid YAML"),
+        ("- id: site.x\n", "pattern site.x: category: Field required"),
+        ("\xff\xfe", "not UTF-8 text"),
+    ],
+)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["detect", "--patterns-file", "{}", "-"],
+        ["scan", "--patterns-file", "{}", "-"],
+        ["patterns", "export", "--patterns-file", "{}"],
+        ["patterns", "list", "--patterns-file", "{}"],
+        ["patterns", "test", "--patterns-file", "{}"],
+        ["run", "--scheduler", "slurm-local", "--patterns-file", "{}"],
+        ["operator", "--patterns-file", "{}"],
+    ],
+    ids=lambda argv: " ".join(a for a in argv[:2] if not a.startswith("-")),
+)
+def test_patterns_file_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str | None, says: str, argv: list[str]
+) -> None:
+    path = tmp_path / "ops.yaml"
+    if body is not None:
+        path.write_bytes(body.encode("latin-1"))
+    assert main.main([str(path) if a == "{}" else a for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"trainguard {argv[0]}: {path}: ") and says in err, err

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import random
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,15 +136,21 @@ def test_scan_with_operator_patterns(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.parametrize("target", ["missing.log", "."])
-def test_scan_of_a_missing_file_or_directory_exits_2(
+def test_scan_of_a_missing_file_or_directory_is_reported_like_detect(
     tmp_path: Path, target: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["scan", "--stats", str(tmp_path / target)]) == 2
+    path = tmp_path / target
+    assert cli.main(["scan", "--stats", str(path)]) == 1
     captured = capsys.readouterr()
-    assert captured.out == "" and "trainguard scan:" in captured.err and "Traceback" not in captured.err
+    stats = json.loads(captured.out)
+    assert (stats["input"], stats["lines"], stats["matched_lines"]) == ("unreadable", 0, 0)
+    reason = "No such file or directory" if target == "missing.log" else "is a directory"
+    assert captured.err == f"trainguard scan: {path}: {reason}\n"
+    assert cli.main(["detect", str(path)]) == 1
+    assert capsys.readouterr().err == f"trainguard detect: {path}: {reason}\n"
 
 
-def test_scan_of_an_unreadable_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_scan_of_an_unreadable_file_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _log(tmp_path)
     path.chmod(0)
     try:
@@ -151,8 +160,35 @@ def test_scan_of_an_unreadable_file_exits_2(tmp_path: Path, capsys: pytest.Captu
     if readable is not None:  # running as root: permissions do not apply
         readable.close()
         pytest.skip("running as root, file permissions cannot make a file unreadable")
-    assert cli.main(["scan", "--stats", str(path)]) == 2
-    assert "cannot read" in capsys.readouterr().err
+    assert cli.main(["scan", "--stats", str(path)]) == 1
+    assert "Permission denied" in capsys.readouterr().err
+
+
+def test_scan_of_several_files_and_standard_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = _log(tmp_path)
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(log.read_bytes())))
+    assert cli.main(["scan", "--stats", str(log), "-", str(empty)]) == 1
+    out, err = capsys.readouterr()
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["path"], r["input"]) for r in rows] == [(str(log), "ok"), ("-", "ok"), (str(empty), "empty")]
+    assert rows[0]["matched_lines"] == rows[1]["matched_lines"] == 3 and rows[0]["patterns"] == rows[1]["patterns"]
+    assert (rows[2]["lines"], rows[2]["matched_lines"]) == (0, 0)
+    assert err == f"trainguard scan: {empty}: empty input, nothing to analyse\n"
+    assert cli.main(["scan", "-", "-"]) == 2
+    assert "only once" in capsys.readouterr().err
+
+
+def test_scan_counts_a_compressed_input_but_reports_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    packed = tmp_path / "job.log.gz"
+    packed.write_bytes(gzip.compress(_log(tmp_path).read_bytes()))
+    assert cli.main(["scan", str(packed)]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["input"] == "binary"
+    assert "gzip-compressed data" in captured.err
 
 
 @pytest.mark.integration

@@ -44,6 +44,9 @@ def test_eval_set(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(got[name]["symptom"] != "healthy" for name in failing_files)
     wrong = [m for m in misses if m.startswith("  MISS")]
     assert wrong == []
+    not_text = {name: got[name]["input"] for name, want in labels.items() if want.get("input", "ok") != "ok"}
+    assert {name: got[name]["input"] for name in got if got[name]["input"] != "ok"} == not_text
+    assert not_text == {"healthy_empty.log": "empty"}
 
 
 def test_evidence_is_capped_and_initiating_first() -> None:

@@ -184,7 +184,7 @@ def test_names_and_the_recoveries_contract() -> None:
         (version,) = document["spec"]["versions"]
         assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
         assert version["subresources"] == {"status": {}}
-    # shared/mission.md: `kubectl get recoveries` lists WorkloadRecoveries
+    # `kubectl get recoveries` (what docs/operator.md tells users to run) lists WorkloadRecoveries
     assert "recoveries" in documents["WorkloadRecovery"]["spec"]["names"]["shortNames"]
     assert documents["WorkloadRecovery"]["spec"]["names"]["plural"] == "workloadrecoveries"
     assert "rpol" in documents["RecoveryPolicy"]["spec"]["names"]["shortNames"]

@@ -45,7 +45,7 @@ def test_custom_tag() -> None:
     assert overrides.parse_opt_in("trainguard", tag="tg") is None
 
 
-def test_mission_example_parses_to_typed_values() -> None:
+def test_documented_example_parses_to_typed_values() -> None:
     opt_in = overrides.parse_opt_in('"trainguard policy=gpu-large max-retries=2 hang-timeout=90s"')
     assert opt_in == overrides.OptIn(policy_name="gpu-large", overrides={"max-retries": 2, "hang-timeout": 90.0})
 

@@ -1,0 +1,71 @@
+"""``detect.own_actions.effect_of``: our own requeue's teardown is its effect; anything else stays a failure.
+
+The end-to-end proof on real Slurm is tests/e2e/adversarial/test_own_actions.py; these cases pin the
+rule's edges with the lines Slurm 22.05 prints when ``scontrol requeue`` hits a running job.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainguard.detect import own_actions
+from trainguard.model import actions, anomalies, vocab
+
+C = vocab.Category
+WORKLOAD = "slurm/local/12"
+REQUEUED_AT = 1_700_000_100.0
+
+STEP_CANCELLED = "slurmstepd: error: *** STEP 12.0 ON node1 CANCELLED AT 2026-12-01T13:40:02 DUE TO JOB REQUEUE ***"
+TASK_TERMINATED = "srun: error: node2: task 1: Terminated"
+XID = "Dec  1 13:40:02 node2 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
+
+
+def crash(text: str, category: vocab.Category, *, at: float, pattern: str = "slurm.cancelled") -> anomalies.Anomaly:
+    evidence = anomalies.Evidence(line=90, text=text, pattern=pattern, at=at, node="node1", category=category,
+                                  severity=vocab.Severity.FATAL)
+    return anomalies.Anomaly(symptom=vocab.Symptom.CRASH, category=category, evidence=[evidence],
+                             suspect_nodes=["node1"], first_seen_at=at, detected_at=at + 1.0, summary=text)
+
+
+def ours(operation: actions.Operation = actions.Operation.REQUEUE, *, attempt: int = 0,
+         status: actions.ActionStatus = actions.ActionStatus.DONE) -> actions.ActionRecord:
+    return actions.ActionRecord(workload=WORKLOAD, attempt=attempt, generation=1, step=operation.value,
+                                operation=operation, status=status, created_at=REQUEUED_AT)
+
+
+@pytest.mark.parametrize("operation", list(own_actions.TERMINATING))
+@pytest.mark.parametrize("text", [STEP_CANCELLED, TASK_TERMINATED])
+def test_teardown_after_our_terminating_action_is_its_effect(operation: actions.Operation, text: str) -> None:
+    row = ours(operation)
+    anomaly = crash(text, C.PROCESS_SIGNAL_KILLED, at=REQUEUED_AT + 2.0)
+    assert own_actions.effect_of(anomaly, workload=WORKLOAD, attempt=0, ours=[row]) == row
+    payload = own_actions.effect_payload(anomaly, row, "requeue")
+    assert (payload["status"], payload["operation"], payload["generation"]) == ("effect", operation.value, 1)
+
+
+@pytest.mark.parametrize(
+    ("anomaly", "rows"),
+    [
+        # Monitor mode: the action row says skipped, nothing was done, so the kill is someone else's.
+        (crash(STEP_CANCELLED, C.PROCESS_SIGNAL_KILLED, at=REQUEUED_AT + 2),
+         [ours(status=actions.ActionStatus.SKIPPED)]),
+        # Our requeue was of the previous attempt; this one was killed by something else.
+        (crash(TASK_TERMINATED, C.PROCESS_SIGNAL_KILLED, at=REQUEUED_AT + 2), [ours(attempt=1)]),
+        # Read before we acted: it is why we acted, or unrelated, never our effect.
+        (crash(TASK_TERMINATED, C.PROCESS_SIGNAL_KILLED, at=REQUEUED_AT - 5), [ours()]),
+        # Hardware evidence printed during the teardown is still news about the node.
+        (crash(XID, C.GPU_FALLEN_OFF_BUS, at=REQUEUED_AT + 2, pattern="xid.79_fallen_off_bus"), [ours()]),
+        # Draining a node or holding a job does not terminate tasks.
+        (crash(STEP_CANCELLED, C.PROCESS_SIGNAL_KILLED, at=REQUEUED_AT + 2),
+         [ours(actions.Operation.DRAIN_NODE), ours(actions.Operation.HOLD)]),
+    ],
+    ids=["monitor-mode", "other-attempt", "before-our-action", "hardware", "not-terminating"],
+)
+def test_anything_else_stays_a_failure(anomaly: anomalies.Anomaly, rows: list[actions.ActionRecord]) -> None:
+    assert own_actions.effect_of(anomaly, workload=WORKLOAD, attempt=0, ours=rows) is None
+
+
+def test_a_hang_is_never_an_effect() -> None:
+    hang = crash(TASK_TERMINATED, C.PROGRESS_STALLED, at=REQUEUED_AT + 2).model_copy(
+        update={"symptom": vocab.Symptom.HANG})
+    assert own_actions.effect_of(hang, workload=WORKLOAD, attempt=0, ours=[ours()]) is None
