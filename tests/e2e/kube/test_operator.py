@@ -1,7 +1,7 @@
 """End to end: the real operator process, a real kube-apiserver, the real local Slurm cluster.
 
 The module installs the CRDs (``crds/``) and the operator's namespace, ServiceAccount and RBAC
-(``manifests/base``), and starts ``trainguard operator --allow-action`` with a token of that
+(``manifests/base``), and starts ``trainguard operator --mode action`` with a token of that
 ServiceAccount, serving one fresh namespace. A RecoveryPolicy private to the session starts in
 Monitor mode. Then, in order:
 
@@ -140,7 +140,7 @@ def setup(kube_api: kube.LocalKube, slurm_cluster: SlurmCluster,
     directory = tmp_path_factory.mktemp("operator")
     sa_kubeconfig = kube_api.service_account_kubeconfig(SERVICE_ACCOUNT, OPERATOR_NS, directory / "kubeconfig")
     process = op.OperatorProcess(
-        ["--scheduler", "slurm-local", "--namespace", namespace, "--allow-action", "--poll", "1",
+        ["--scheduler", "slurm-local", "--namespace", namespace, "--mode", "action", "--poll", "1",
          "--status-interval", "1", "--db", f"sqlite+aiosqlite:///{directory / 'audit.db'}"],
         op.operator_env(sa_kubeconfig, slurm_cluster.env, directory),
         directory / "operator.log",
