@@ -90,10 +90,11 @@ class Trainguard:
     """One ``trainguard run`` subprocess with its own audit database and log file."""
 
     def __init__(self, cluster: SlurmCluster, directory: Path, *, mode: str, policy: Path | None = None,
-                 poll: float = 1.0, http_listen: str = "127.0.0.1:0", env: dict[str, str] | None = None) -> None:
+                 poll: float = 1.0, http_listen: str = "127.0.0.1:0", env: dict[str, str] | None = None,
+                 db_url: str | None = None) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.cluster = cluster
-        self.db_url = f"sqlite:///{directory / 'audit.db'}"
+        self.db_url = db_url or f"sqlite:///{directory / 'audit.db'}"
         self.log_path = directory / "trainguard-run.log"
         self.argv = [str(TRAINGUARD), "run", "--scheduler", "slurm-local", "--mode", mode, "--db", self.db_url,
                      "--poll", str(poll), "--http-listen", http_listen]

@@ -12,15 +12,20 @@ Expected, all through the runner's outside contracts (its log, ``--http-listen``
 - ``/readyz`` 503 with the reason while down, 200 once it is back; ``/healthz`` 200 throughout
   (an unreachable scheduler is no reason to restart the runner); ``/metrics`` counts the errors;
 - ``run --once`` against the down scheduler: one line on stderr and a non-zero exit.
+
+The same for the audit store: the runner reaches the real PostgreSQL through a TCP forwarder of
+this test (``CuttableLink``), which is cut and restored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy.engine
 
 from tests.e2e import harness
 from tests.support.slurm import SlurmCluster
@@ -134,3 +140,98 @@ def test_once_against_a_down_scheduler_is_one_line_and_fails(slurm_cluster: Slur
     assert "Traceback" not in done.stderr, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("trainguard run: scheduler unreachable: "), done.stderr
+
+
+class CuttableLink:
+    """A TCP forwarder from a loopback port to the real PostgreSQL that can be cut and restored:
+    cut closes the listening socket and every forwarded connection (the runner sees a database
+    that went away and refuses connections); restore listens again on the same port."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self._listener: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.restore()
+
+    def restore(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            sockets, self._sockets = self._sockets, []
+        for sock in [s for s in (listener,) if s is not None] + sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                if self._listener is not listener:
+                    client.close()
+                    upstream.close()
+                    return
+                self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+@pytest.mark.postgres
+def test_store_outage_shows_in_readiness_and_is_one_line_each_way(slurm_cluster: SlurmCluster, postgres_url: str,
+                                                                  tmp_path: Path) -> None:
+    """The audit database (real PostgreSQL) goes away and comes back while the runner runs."""
+    url = sqlalchemy.engine.make_url(postgres_url)
+    assert url.host and url.port
+    link = CuttableLink((url.host, url.port))
+    via_link = url.set(host="127.0.0.1", port=link.port).render_as_string(hide_password=False)
+    runner = harness.Trainguard(slurm_cluster, tmp_path / "runner", mode="monitor", db_url=via_link)
+    runner.start()
+    try:
+        base = runner.http_url
+        wait_for("ready", lambda: get(base + "/readyz")[0] == 200, runner)
+
+        link.cut()
+        _, body = wait_for("unready", lambda: (r := get(base + "/readyz"))[0] == 503 and r, runner)
+        assert isinstance(body, dict) and body["store"]["reachable"] is False, body
+        assert any(reason.startswith("store unreachable since") for reason in body["reasons"]), body
+        assert body["scheduler"]["reachable"] is True, "only the store is down"
+        assert get(base + "/healthz")[0] == 200
+        wait_for("2 failed calls", lambda: get(base + "/readyz")[1]["store"]["failures"] >= 2, runner)
+
+        link.restore()
+        wait_for("ready again", lambda: get(base + "/readyz")[0] == 200, runner)
+    finally:
+        code = runner.stop()
+        link.cut()
+    log = runner.log()
+    assert code == 0, log
+    assert "Traceback" not in log, log
+    assert len(re.findall(r"store unreachable: ", log)) == 1, log
+    assert len(re.findall(r"store reachable again after ", log)) == 1, log
