@@ -56,6 +56,7 @@ SLURM_DIR=${TG_SLURM_DIR:-$TG_REPO_ROOT/.local/slurm}
 DEMO=$TG_REPO_ROOT/.local/demo/$(date +%Y%m%d-%H%M%S)-$$
 DB_URL="sqlite:///$DEMO/audit.db"
 POLICY=$TG_REPO_ROOT/examples/recoverypolicy-demo.yaml
+COMMENT="trainguard policy=demo"  # the job's opt-in: it names the demo's Action policy
 
 bold() { if [ -t 1 ]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' "$*"; fi; }
 say() { printf '%s  %s\n' "$(date +%T)" "$*"; }
@@ -131,14 +132,14 @@ say "trainguard is watching opted-in jobs (pid $TG_PID; log $DEMO/trainguard.log
 # ------------------------------------------------------------------ 4. the training job
 script=$DEMO/jobs/demo-job.sh
 "$PY" tests/workloads/jobs.py --nodes "$NODES" --steps 150 --fault xid --fault-rank 1 --fault-step 30 \
-  --comment "trainguard policy=demo" --workdir "$DEMO/jobs" >"$script" || tg_die "could not write the demo job script"
+  --comment "$COMMENT" --workdir "$DEMO/jobs" >"$script" || tg_die "could not write the demo job script"
 # srun inside a Slurm 22.05 job fails if the job inherits SLURM_JWT: submit without it
 JOB_ID=$(env -u SLURM_JWT sbatch --parsable --chdir="$DEMO/jobs" --job-name=trainguard-demo "$script") ||
   tg_die "sbatch failed"
 JOB_ID=${JOB_ID%%;*}
 WORKLOAD="slurm/$CLUSTER/$JOB_ID"
 OUT=$DEMO/jobs/slurm-$JOB_ID.out
-bold "== job $JOB_ID: $NODES-node PyTorch training (gloo, CPU), #SBATCH --comment=\"trainguard policy=demo\""
+bold "== job $JOB_ID: $NODES-node PyTorch training (gloo, CPU), #SBATCH --comment=\"$COMMENT\""
 say "rank 1 will report a GPU hardware failure (Xid 79) at step 30; output: $OUT"
 
 # ------------------------------------------------------------------ 5. follow it live
@@ -193,9 +194,11 @@ done
 # ------------------------------------------------------------------ 6. result
 line=$(scontrol -o show job "$JOB_ID")
 bold "== scontrol show job $JOB_ID"
-for key in JobState ExitCode Restarts NodeList ExcNodeList Comment; do
+for key in JobState ExitCode Restarts NodeList ExcNodeList; do
   printf '  %-12s %s\n' "$key" "$(job_field "$key" "$line")"
 done
+# the comment holds a space, which job_field's one-word match would cut: squeue prints it whole
+printf '  %-12s %s\n' Comment "$(squeue -h -j "$JOB_ID" -t all -o %k 2>/dev/null)"
 bold "== last lines of $OUT"
 tail -n 8 "$OUT" | sed 's/^/  /'
 
