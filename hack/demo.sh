@@ -5,10 +5,11 @@
 #
 # 1. creates .venv if missing and installs trainguard with the training workload ('.[workloads]');
 # 2. brings up the local Slurm cluster (hack/local-slurm.sh up), or reuses a running one;
-# 3. starts `trainguard run --scheduler slurm-local --mode action` (built-in default policy,
-#    SQLite audit log and runner log in .local/demo/<time>-<pid>/, linked as .local/demo/latest);
+# 3. starts `trainguard run --scheduler slurm-local --mode action --policy examples/recoverypolicy-demo.yaml`
+#    (two keys: the switch and the demo's own Action-mode policy `demo`; the built-in default policy
+#    is Monitor), SQLite audit log and runner log in .local/demo/<time>-<pid>/, linked as .local/demo/latest;
 # 4. submits a real PyTorch training job on N nodes (default 3) that opts in with
-#    `#SBATCH --comment=trainguard` and whose rank 1 dies with a GPU hardware error (Xid 79);
+#    `#SBATCH --comment="trainguard policy=demo"` and whose rank 1 dies with a GPU hardware error (Xid 79);
 # 5. follows the audit log live: detection -> verdict -> advice -> requeue-hold, exclude the
 #    node, release -> the job running again on the other nodes -> COMPLETED;
 # 6. prints the final `scontrol show job` summary and the end of the job's output.
@@ -54,6 +55,8 @@ SLURM_DIR=${TG_SLURM_DIR:-$TG_REPO_ROOT/.local/slurm}
 # to its output file and resumes from its checkpoint, so a reused directory would mix two runs.
 DEMO=$TG_REPO_ROOT/.local/demo/$(date +%Y%m%d-%H%M%S)-$$
 DB_URL="sqlite:///$DEMO/audit.db"
+POLICY=$TG_REPO_ROOT/examples/recoverypolicy-demo.yaml
+COMMENT="trainguard policy=demo"  # the job's opt-in: it names the demo's Action policy
 
 bold() { if [ -t 1 ]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' "$*"; fi; }
 say() { printf '%s  %s\n' "$(date +%T)" "$*"; }
@@ -112,8 +115,11 @@ CLUSTER=$(scontrol show config | sed -n 's/^ClusterName *= *//p')
 # ------------------------------------------------------------------ 3. trainguard run
 mkdir -p "$DEMO/jobs"
 ln -sfn "$DEMO" "$TG_REPO_ROOT/.local/demo/latest"
-bold "== trainguard run --scheduler slurm-local --mode action --db $DB_URL"
-"$TG" run --scheduler slurm-local --mode action --db "$DB_URL" >"$DEMO/trainguard.log" 2>&1 &
+bold "== trainguard run --scheduler slurm-local --mode action --policy ${POLICY#"$TG_REPO_ROOT"/} --db $DB_URL"
+# --http-listen 127.0.0.1:0: /healthz, /readyz and /metrics on a free port (named in the log), so the
+# demo never collides with a runner already serving the default 127.0.0.1:8080
+"$TG" run --scheduler slurm-local --mode action --policy "$POLICY" --db "$DB_URL" --http-listen 127.0.0.1:0 \
+  >"$DEMO/trainguard.log" 2>&1 &
 TG_PID=$!
 for _ in $(seq 600); do
   grep -q 'trainguard run: scheduler' "$DEMO/trainguard.log" && break
@@ -126,14 +132,14 @@ say "trainguard is watching opted-in jobs (pid $TG_PID; log $DEMO/trainguard.log
 # ------------------------------------------------------------------ 4. the training job
 script=$DEMO/jobs/demo-job.sh
 "$PY" tests/workloads/jobs.py --nodes "$NODES" --steps 150 --fault xid --fault-rank 1 --fault-step 30 \
-  --workdir "$DEMO/jobs" >"$script" || tg_die "could not write the demo job script"
+  --comment "$COMMENT" --workdir "$DEMO/jobs" >"$script" || tg_die "could not write the demo job script"
 # srun inside a Slurm 22.05 job fails if the job inherits SLURM_JWT: submit without it
 JOB_ID=$(env -u SLURM_JWT sbatch --parsable --chdir="$DEMO/jobs" --job-name=trainguard-demo "$script") ||
   tg_die "sbatch failed"
 JOB_ID=${JOB_ID%%;*}
 WORKLOAD="slurm/$CLUSTER/$JOB_ID"
 OUT=$DEMO/jobs/slurm-$JOB_ID.out
-bold "== job $JOB_ID: $NODES-node PyTorch training (gloo, CPU), #SBATCH --comment=trainguard"
+bold "== job $JOB_ID: $NODES-node PyTorch training (gloo, CPU), #SBATCH --comment=\"$COMMENT\""
 say "rank 1 will report a GPU hardware failure (Xid 79) at step 30; output: $OUT"
 
 # ------------------------------------------------------------------ 5. follow it live
@@ -188,9 +194,11 @@ done
 # ------------------------------------------------------------------ 6. result
 line=$(scontrol -o show job "$JOB_ID")
 bold "== scontrol show job $JOB_ID"
-for key in JobState ExitCode Restarts NodeList ExcNodeList Comment; do
+for key in JobState ExitCode Restarts NodeList ExcNodeList; do
   printf '  %-12s %s\n' "$key" "$(job_field "$key" "$line")"
 done
+# the comment holds a space, which job_field's one-word match would cut: squeue prints it whole
+printf '  %-12s %s\n' Comment "$(squeue -h -j "$JOB_ID" -t all -o %k 2>/dev/null)"
 bold "== last lines of $OUT"
 tail -n 8 "$OUT" | sed 's/^/  /'
 

@@ -25,6 +25,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from trainguard import health as health_mod
 from trainguard import settings as settings_mod
 from trainguard.act import executor as executor_mod
 from trainguard.act import undrain
@@ -105,8 +106,11 @@ class Engine:
         clock_: clock.Clock,
         settings: settings_mod.EngineSettings,
         listeners: Sequence[Listener] = (),
+        health: health_mod.Health | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.health = health if health is not None else health_mod.Health()
+        """Reachability of the scheduler and the store, learned from the timer loops' rounds."""
         self.store = store
         self.policies = policies
         self.catalog = catalog
@@ -126,12 +130,17 @@ class Engine:
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run until ``stop`` is set; then wait for in-flight recoveries to finish."""
-        await self.recover()
+        """Run until ``stop`` is set; then wait for in-flight recoveries to finish. Start-up recovery
+        is retried (with backoff) until the scheduler and the store answer: nothing is decided before
+        our own leftovers of a previous run are settled."""
+        if not await self._until_done(self.recover, stop, health_mod.STORE):
+            return
         loops = [
-            self._spawn(self._every(self.settings.discovery_interval_s, self.discover, stop), "discovery"),
+            self._spawn(self._every(self.settings.discovery_interval_s, self.discover, stop, health_mod.SCHEDULER),
+                        "discovery"),
             self._spawn(self._every(self.settings.tail_interval_s, self.tail, stop), "tailing"),
-            self._spawn(self._every(self.settings.sweep_interval_s, self.sweep, stop), "watchdog-sweep"),
+            self._spawn(self._every(self.settings.sweep_interval_s, self.sweep, stop, health_mod.STORE),
+                        "watchdog-sweep"),
         ]
         await stop.wait()
         for task in loops:
@@ -154,17 +163,46 @@ class Engine:
             logger.info("resuming advice %s attempt %d generation %d", item.workload, item.attempt, item.generation)
             await self.executor.reconcile(item)
 
-    async def _every(self, interval: float, work: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
+    async def _every(self, interval: float, work: Callable[[], Awaitable[None]], stop: asyncio.Event,
+                     *reaches: str) -> None:
+        """Run ``work`` every ``interval`` s until ``stop``. A failed round must not end the loop: the
+        next one retries, after a backoff with jitter while it keeps failing; the outage is reported
+        to the health model (one log line per change of state). ``reaches``: the dependencies a
+        successful round has certainly called (so it proves them reachable)."""
+        backoff = health_mod.Backoff(interval, ceiling=max(self.settings.max_backoff_s, interval))
+        name = getattr(work, "__name__", "work")
         while not stop.is_set():
             try:
                 await work()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                # A scheduler or database hiccup must not end the loop; the next round retries.
-                logger.exception("%s failed; retrying in %.1f s", getattr(work, "__name__", "work"), interval)
+            except Exception as exc:
+                self.health.round_failed(name, exc)
+                delay = backoff.failed()
+            else:
+                self.health.round_succeeded(name, *reaches)
+                delay = backoff.succeeded()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=interval)
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def _until_done(self, work: Callable[[], Awaitable[None]], stop: asyncio.Event, *reaches: str) -> bool:
+        """Run ``work`` until one round succeeds (True) or ``stop`` is set (False), backing off."""
+        backoff = health_mod.Backoff(self.settings.discovery_interval_s,
+                                     ceiling=max(self.settings.max_backoff_s, self.settings.discovery_interval_s))
+        name = getattr(work, "__name__", "work")
+        while not stop.is_set():
+            try:
+                await work()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.health.round_failed(name, exc)
+            else:
+                self.health.round_succeeded(name, *reaches)
+                return True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=backoff.failed())
+        return False
 
     def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

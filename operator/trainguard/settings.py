@@ -26,6 +26,9 @@ class EngineSettings:
     allow_action: bool = False
     """Cluster-wide switch: False forces Monitor mode whatever the policies say (the default:
     nothing is done until an operator turns this on *and* a policy says Action)."""
+    max_backoff_s: float = 30.0
+    """Longest wait between two rounds of a timer loop while they keep failing (an unreachable
+    scheduler or database): rounds back off from their interval up to this, with jitter."""
     finished_grace_s: float = 30.0
     """How long a finished job stays tracked after its outcome was recorded, so that a requeue
     issued just after it ended (by us or a person) is still followed as the same workload."""

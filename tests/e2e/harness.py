@@ -41,6 +41,8 @@ TRAINGUARD = Path(sys.executable).with_name("trainguard")
 
 READY_TEXT = "trainguard run: scheduler"
 """The runner's start-up log line, written once the store is open and the engine is about to loop."""
+HTTP_RE = re.compile(r"HTTP endpoints on (?P<url>http://\S+) ")
+"""The runner's log line naming the address it serves /healthz, /readyz and /metrics on."""
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 40.0
 """SIGTERM -> exit: the engine waits up to 30 s for in-flight recoveries, so a bit more than that."""
@@ -91,13 +93,17 @@ class Trainguard:
     """One ``trainguard run`` subprocess with its own audit database and log file."""
 
     def __init__(self, cluster: SlurmCluster, directory: Path, *, mode: str, policy: Path | None = None,
-                 poll: float = 1.0) -> None:
+                 poll: float = 1.0, http_listen: str = "127.0.0.1:0", env: dict[str, str] | None = None,
+                 db_url: str | None = None) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.cluster = cluster
-        self.db_url = f"sqlite:///{directory / 'audit.db'}"
+        self.db_url = db_url or f"sqlite:///{directory / 'audit.db'}"
         self.log_path = directory / "trainguard-run.log"
         self.argv = [str(TRAINGUARD), "run", "--scheduler", "slurm-local", "--mode", mode, "--db", self.db_url,
-                     "--poll", str(poll)]
+                     "--poll", str(poll), "--http-listen", http_listen]
+        # http_listen: a free port by default, so that runners of parallel tests never collide on
+        # the contract's default 127.0.0.1:8080; the bound address is read back from the log.
+        self.env = env if env is not None else cluster.env
         if policy is not None:
             self.argv += ["--policy", str(policy)]
         self.process: subprocess.Popen[bytes] | None = None
@@ -105,7 +111,7 @@ class Trainguard:
 
     def start(self) -> Trainguard:
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(self.argv, env=self.cluster.env, stdin=subprocess.DEVNULL, stdout=log,
+            self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, cwd=REPO_ROOT)
         deadline = time.monotonic() + START_TIMEOUT
         while READY_TEXT not in self.log():
@@ -130,6 +136,14 @@ class Trainguard:
                 self.process.wait(timeout=10)
         self.returncode = self.process.returncode
         return self.returncode
+
+    @property
+    def http_url(self) -> str:
+        """Base URL of the runner's /healthz, /readyz and /metrics (from its start-up log)."""
+        match = HTTP_RE.search(self.log())
+        if match is None:
+            raise AssertionError(f"the runner logged no HTTP address:\n{self.log()}")
+        return match["url"]
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

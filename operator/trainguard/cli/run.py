@@ -1,7 +1,10 @@
 """`trainguard run`: the standalone runner beside a plain Slurm cluster.
 
-A thin shell: it parses flags, opens the scheduler adapter, the audit store and the policies,
-and hands them to ``trainguard.engine.Engine``. Stops cleanly on SIGINT/SIGTERM.
+A thin shell: it reads the settings (flags, environment, config file: ``cli/config.py``), opens the
+scheduler adapter, the audit store and the policies, serves /healthz, /readyz and /metrics
+(``trainguard.http``) and hands everything to ``trainguard.engine.Engine``. Stops cleanly on
+SIGINT/SIGTERM. ``--once`` ends with exit code 1 and one line when the scheduler or the store
+cannot be reached.
 """
 
 from __future__ import annotations
@@ -9,14 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainguard import settings as settings_mod
-from trainguard.store import location
+from trainguard.cli import config
 
 if TYPE_CHECKING:
     from trainguard.detect import catalog as catalog_mod
@@ -31,48 +33,30 @@ def add_parser(sub: Any) -> None:
         help="run the recovery loop standalone against a Slurm cluster",
         description="Watch opted-in Slurm jobs (#SBATCH --comment=trainguard ...), detect failures, and "
         "record (Monitor) or carry out (Action) the recovery advice. Every recommendation is written to the "
-        "audit log before anything is done.",
+        "audit log before anything is done. Action needs two keys: --mode action (or TRAINGUARD_MODE=action) "
+        "and a policy whose mode is Action; the built-in default policy is always Monitor. Every setting is a "
+        "flag, an environment variable TRAINGUARD_<NAME> or a key of the --config file, in that precedence.",
     )
-    parser.add_argument(
-        "--scheduler", required=True, metavar="SPEC",
-        help="slurm-local | slurm-ssh://USER@HOST[:PORT] | slurm-rest://HOST:PORT",
-    )
-    parser.add_argument(
-        "--mode", choices=["monitor", "action"], default="monitor",
-        help="cluster-wide switch (default: monitor). 'monitor' records advice and changes nothing. 'action' "
-        "carries out advice for policies whose mode is Action; without --policy, the built-in default policy "
-        "takes this mode.",
-    )
-    parser.add_argument("--policy", type=Path, action="append", default=[], metavar="FILE",
-                        help="RecoveryPolicy YAML file (repeatable; one or many documents each)")
-    parser.add_argument("--db", default=location.DEFAULT_DB_URL, metavar="URL",
-                        help=f"audit database URL (default: {location.DEFAULT_DB_URL})")
-    parser.add_argument("--patterns-file", type=Path, action="append", default=[], metavar="FILE",
-                        help="extra catalog patterns (YAML, catalog schema); repeatable")
-    parser.add_argument("--jwt", default=None, help="slurmrestd token (default: $SLURM_JWT)")
-    parser.add_argument("--rest-fallback", default="slurm-local", metavar="SPEC",
-                        help="CLI transport for what slurmrestd cannot do, e.g. requeue (default: slurm-local; "
-                        "'none' to disable)")
-    parser.add_argument("--ssh-key", action="append", default=None, metavar="FILE", help="SSH private key")
-    parser.add_argument("--known-hosts", default=None, metavar="FILE", help="SSH known_hosts file")
-    parser.add_argument("--poll", type=float, default=settings_mod.EngineSettings.discovery_interval_s,
-                        metavar="SECONDS", help="seconds between job listings (default: %(default)s)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="log verbosity on stderr (default: INFO)")
-    parser.add_argument("--once", action="store_true", help="run one discovery + tailing round and exit")
+    config.add_arguments(parser, config.RunSettings)
+    parser.add_argument("--once", action="store_true",
+                        help="run one recovery + discovery + tailing round and exit (non-zero when the scheduler "
+                        "or the store cannot be reached)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective configuration (secrets redacted) as JSON and exit")
     parser.set_defaults(func=run)
 
 
-def load_policies(paths: list[Path], mode: str) -> loader.PolicySet:
-    """The policies from ``paths``, or the built-in default policy in ``mode``."""
-    from trainguard.model import vocab
+def load_policies(paths: list[Path]) -> loader.PolicySet:
+    """The policies from ``paths``, or the built-in default policy, which is always Monitor: Action
+    needs two keys, the cluster-wide switch (``--mode action``) and a policy someone wrote with
+    ``mode: Action``; the switch alone never makes the built-in policy act."""
     from trainguard.policy import loader
     from trainguard.policy import model as policy_model
 
     if paths:
         return loader.load_files(paths)
-    spec = policy_model.RecoveryPolicySpec(mode=vocab.Mode.ACTION if mode == "action" else vocab.Mode.MONITOR)
-    default = policy_model.RecoveryPolicy(metadata=policy_model.Metadata(name=loader.DEFAULT_NAME), spec=spec)
+    default = policy_model.RecoveryPolicy(metadata=policy_model.Metadata(name=loader.DEFAULT_NAME),
+                                          spec=policy_model.RecoveryPolicySpec())
     return loader.PolicySet((default,))
 
 
@@ -81,47 +65,65 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
 
-    logging.basicConfig(
-        level=getattr(logging, args.log_level), stream=sys.stderr,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-    )
-    if args.poll <= 0:
-        print("trainguard run: --poll must be > 0", file=sys.stderr)
-        return 2
+    flags = config.flags_of(args, config.RunSettings)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     try:
-        policies = load_policies(args.policy, args.mode)
-        catalog = catalog_mod.load_catalog(extra_files=args.patterns_file)
+        cfg = config.load(config.RunSettings, flags)
+    except config.ConfigError as exc:
+        print(f"trainguard run: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger().setLevel(cfg.log_level)
+    if args.print_config:
+        return config.print_config(cfg, flags)
+    config.warn_secret_flags(cfg, flags, "trainguard run")
+    try:
+        policies = load_policies(cfg.policy)
+        catalog = catalog_mod.load_catalog(extra_files=cfg.patterns_file)
     except (loader.PolicyError, catalog_mod.CatalogError, OSError) as exc:
         print(f"trainguard run: {exc}", file=sys.stderr)
         return 2
-    settings = settings_mod.EngineSettings(discovery_interval_s=args.poll, allow_action=args.mode == "action")
+    settings = settings_mod.EngineSettings(discovery_interval_s=cfg.poll, allow_action=cfg.mode == "action")
     try:
-        return asyncio.run(_main(args, policies, catalog, settings))
+        return asyncio.run(_main(cfg, args.once, policies, catalog, settings))
     except _Fatal as exc:
         print(f"trainguard run: {exc}", file=sys.stderr)
         return 2
+    except _Unreachable as exc:
+        print(f"trainguard run: {exc}", file=sys.stderr)
+        return 1
 
 
 class _Fatal(Exception):
     """A start-up problem to report in one line."""
 
 
+class _Unreachable(Exception):
+    """``--once``: the scheduler or the store did not answer; one line, exit code 1."""
+
+
 async def _main(
-    args: argparse.Namespace, policies: loader.PolicySet, catalog: catalog_mod.Catalog,
+    cfg: config.RunSettings, once: bool, policies: loader.PolicySet, catalog: catalog_mod.Catalog,
     settings: settings_mod.EngineSettings,
 ) -> int:
     from trainguard import engine as engine_mod
+    from trainguard import health as health_mod
+    from trainguard.http import app as http_app
     from trainguard.model import clock
     from trainguard.schedulers import factory
     from trainguard.store import audit, database
 
+    db_url = cfg.database_url()
+    env = cfg.scheduler_env()
+    assert cfg.scheduler is not None
     try:
         fallback = None
-        if args.scheduler.startswith("slurm-rest:") and args.rest_fallback != "none":
-            fallback = factory.open_scheduler(args.rest_fallback, env=dict(os.environ))
+        if cfg.scheduler.startswith("slurm-rest:") and cfg.rest_fallback != "none":
+            fallback = factory.open_scheduler(cfg.rest_fallback, env=env)
         scheduler = factory.open_scheduler(
-            args.scheduler, env=dict(os.environ), jwt=args.jwt, fallback=fallback, client_keys=args.ssh_key,
-            known_hosts=args.known_hosts,
+            cfg.scheduler, env=env, jwt=cfg.slurm_token(), fallback=fallback,
+            client_keys=[str(k) for k in cfg.ssh_key] or None,
+            known_hosts=str(cfg.known_hosts) if cfg.known_hosts else None,
         )
     except (ValueError, OSError) as exc:
         raise _Fatal(str(exc)) from exc
@@ -131,29 +133,50 @@ async def _main(
         settings_fingerprint=settings.fingerprint(),
     )
     try:
-        store = await database.open_store(args.db, context=context)
+        store = await database.open_store(db_url, context=context)
     except database.StoreError as exc:
         await scheduler.close()
         raise _Fatal(str(exc)) from exc
+    health = health_mod.Health()
     engine = engine_mod.Engine(
-        scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings
+        scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health
     )
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    modes = ", ".join(f"{p.name}: {p.spec.mode.value}" for p in policies.policies)
-    logger.info("trainguard run: scheduler %s, audit %s, action switch %s, policies {%s}, catalog %s (%d patterns)",
-                args.scheduler, database.safe_url(args.db), "ON" if settings.allow_action else "off", modes,
-                catalog.version, len(catalog.patterns))
+    server = None
+    ticker = None
     try:
-        if args.once:
-            await engine.recover()
-            await engine.discover()
-            await engine.tail()
+        if not once:
+            try:
+                server = await http_app.serve(health, cfg.http_listen)
+            except (ValueError, OSError) as exc:
+                raise _Fatal(f"cannot serve HTTP on {cfg.http_listen}: {exc}") from exc
+            ticker = asyncio.ensure_future(health.tick_forever(stop))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        modes = ", ".join(f"{p.name}: {p.spec.mode.value}" for p in policies.policies)
+        logger.info("trainguard run: scheduler %s, audit %s, action switch %s, policies {%s}, catalog %s "
+                    "(%d patterns), http %s", cfg.scheduler, database.safe_url(db_url),
+                    "ON" if settings.allow_action else "off", modes, catalog.version, len(catalog.patterns),
+                    server.url if server is not None else "off")
+        if once:
+            try:
+                await engine.recover()
+                await engine.discover()
+                await engine.tail()
+            except Exception as exc:
+                dependency = health_mod.classify(exc)
+                if dependency is None:
+                    raise
+                raise _Unreachable(f"{dependency} unreachable: {health_mod.one_line(exc)}") from exc
         else:
             await engine.run(stop)
     finally:
+        stop.set()
+        if ticker is not None:
+            await asyncio.gather(ticker, return_exceptions=True)
+        if server is not None:
+            await server.stop()
         await scheduler.close()
         await store.close()
     return 0

@@ -39,8 +39,10 @@ import aiohttp
 import kopf
 
 from trainguard import engine as engine_mod
+from trainguard import health as health_mod
 from trainguard import settings as settings_mod
 from trainguard.detect import catalog as catalog_mod
+from trainguard.http import app as http_app
 from trainguard.k8s import api as api_mod
 from trainguard.k8s import events, lease, policies, recovery, slinky, status
 from trainguard.model import actions, clock, vocab
@@ -76,6 +78,9 @@ class OperatorConfig:
     """None: standalone (one replica). A name: act only while holding the Lease of that name in
     ``workload_namespace`` (several replicas, one active; ``k8s/lease.py``)."""
     liveness_endpoint: str | None = None
+    """kopf's own liveness endpoint (optional; the probes use ``http_listen``)."""
+    http_listen: str = http_app.OFF
+    """``HOST:PORT`` of /healthz, /readyz and /metrics (``trainguard.http``), or ``off``."""
     poll_s: float = settings_mod.EngineSettings.discovery_interval_s
     status_interval_s: float = 2.0
     """Seconds between two reconcile rounds of WorkloadRecovery objects (each round lists them once)."""
@@ -83,6 +88,8 @@ class OperatorConfig:
     """How long a WorkloadRecovery stays after the engine stopped tracking its job, so the outcome
     stays visible (``kubectl get recoveries``) before it is garbage-collected."""
     jwt: str | None = None
+    scheduler_env: dict[str, str] | None = None
+    """Environment of the Slurm client commands (default: this process's)."""
     rest_fallback: str = "slurm-local"
     patterns_files: tuple[Path, ...] = ()
     slinky_namespace: str | None = None
@@ -118,6 +125,8 @@ class Shell:
     untracked_since: dict[str, float] = field(default_factory=dict)
     stats: status.SyncStats = field(default_factory=status.SyncStats)
     clock: clock.Clock = field(default_factory=clock.SystemClock)
+    health: health_mod.Health = field(default_factory=health_mod.Health)
+    """Liveness (heartbeat) and readiness (scheduler, store) of this replica (``trainguard.health``)."""
 
     def now(self) -> datetime.datetime:
         return datetime.datetime.fromtimestamp(self.clock.now(), tz=datetime.UTC)
@@ -349,10 +358,10 @@ class Shell:
         self.api = api_mod.Api(api_mod.Credentials.from_connection_info(login(settings)))
         catalog = catalog_mod.load_catalog(extra_files=list(config.patterns_files))
         fallback = None
+        env = dict(config.scheduler_env if config.scheduler_env is not None else os.environ)
         if config.scheduler.startswith("slurm-rest:") and config.rest_fallback != "none":
-            fallback = factory.open_scheduler(config.rest_fallback, env=dict(os.environ))
-        self.scheduler = factory.open_scheduler(config.scheduler, env=dict(os.environ), jwt=config.jwt,
-                                                fallback=fallback)
+            fallback = factory.open_scheduler(config.rest_fallback, env=env)
+        self.scheduler = factory.open_scheduler(config.scheduler, env=env, jwt=config.jwt, fallback=fallback)
         engine_settings = settings_mod.EngineSettings(discovery_interval_s=config.poll_s,
                                                       allow_action=config.allow_action)
         context = audit.AuditContext(policy_version="kubernetes", catalog_version=catalog.version,
@@ -366,6 +375,7 @@ class Shell:
         if config.peering is None:
             await self._begin_term()
         else:
+            self.health.standby = f"not holding the Lease {config.peering}"
             identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{os.getpid()}"
             self.elector = lease.Elector(self.api, config.workload_namespace, config.peering, identity,
                                          clock=self.clock)
@@ -381,8 +391,9 @@ class Shell:
         self.term_stop = asyncio.Event()
         self.engine = engine_mod.Engine(
             self.scheduler, self.store, self.book.policy_set(), self.catalog, clock_=self.clock,
-            settings=self.engine_settings, listeners=[self.on_record],
+            settings=self.engine_settings, listeners=[self.on_record], health=self.health,
         )
+        self.health.standby = None
         for workload, mode in self.overrides.items():
             self.engine.set_mode_override(workload, mode)
         self.term_tasks = [
@@ -399,6 +410,8 @@ class Shell:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.engine = None
+        if self.config.peering is not None:
+            self.health.standby = f"not holding the Lease {self.config.peering}"
 
     async def _lead_forever(self) -> None:
         """Act only while holding the Lease (``k8s/lease.py``)."""
@@ -488,6 +501,18 @@ def build_registry(shell: Shell) -> kopf.OperatorRegistry:
     def _login(settings: kopf.OperatorSettings, **_: Any) -> Any:
         return login(settings)
 
+    @kopf.on.probe(id="readiness", registry=registry)
+    def _readiness(**_: Any) -> dict[str, Any]:
+        # Shown by kopf's own liveness endpoint (--liveness); the probes use trainguard.http.
+        return shell.health.readiness()[1]
+
+    @kopf.on.probe(id="heartbeat", registry=registry)
+    def _heartbeat(**_: Any) -> dict[str, Any]:
+        alive, view = shell.health.liveness()
+        if not alive:
+            raise kopf.PermanentError(view["reason"])
+        return view
+
     @kopf.on.cleanup(registry=registry)
     async def _cleanup(**_: Any) -> None:
         await shell.close()
@@ -540,7 +565,15 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
     settings = kopf.OperatorSettings()
     configure(settings, config)
     shell = Shell(config)
+    server: http_app.Server | None = None
+    ticking = asyncio.Event()
+    ticker = asyncio.ensure_future(shell.health.tick_forever(ticking))
     try:
+        try:
+            # First, so that the probes answer (liveness) while start-up waits for the API server.
+            server = await http_app.serve(shell.health, config.http_listen)
+        except (ValueError, OSError) as exc:
+            raise StartupError(f"cannot serve HTTP on {config.http_listen}: {exc}") from exc
         try:
             await shell.start(settings)
         except (kopf.LoginError, database.StoreError, catalog_mod.CatalogError, loader.PolicyError, ValueError,
@@ -561,6 +594,10 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
         )
     finally:
         await shell.close()
+        ticking.set()
+        await asyncio.gather(ticker, return_exceptions=True)
+        if server is not None:
+            await server.stop()
 
 
 def main(config: OperatorConfig) -> int:

@@ -35,9 +35,12 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        # A free port for /healthz, /readyz, /metrics unless the test chose one: several operators
+        # (and runners) of one session must not collide on the default 127.0.0.1:8080.
+        listen = [] if any(a.startswith("--http-listen") for a in self.args) else ["--http-listen", "127.0.0.1:0"]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [str(TRAINGUARD), "operator", *self.args], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                [str(TRAINGUARD), "operator", *self.args, *listen], env=self.env, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, cwd=REPO_ROOT,
             )
 
@@ -94,5 +97,7 @@ def operator_env(kubeconfig: Path, slurm_env: dict[str, str], home: Path) -> dic
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "KUBECONFIG"))}
     env.update({k: v for k, v in slurm_env.items() if k.startswith(("SLURM_", "SLURMRESTD_", "TG_SLURM"))})
     env.update({"KUBECONFIG": str(kubeconfig), "TRAINGUARD_HOME": str(home), "HOME": str(home)})
-    env.pop("TRAINGUARD_ACTIONS_ENABLED", None)
+    for name in [name for name in env if name.startswith("TRAINGUARD_")]:
+        env.pop(name)  # the test's flags alone configure the operator
+    env["TRAINGUARD_HOME"] = str(home)
     return env

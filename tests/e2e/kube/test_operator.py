@@ -1,7 +1,7 @@
 """End to end: the real operator process, a real kube-apiserver, the real local Slurm cluster.
 
 The module installs the CRDs (``crds/``) and the operator's namespace, ServiceAccount and RBAC
-(``manifests/base``), and starts ``trainguard operator --allow-action`` with a token of that
+(``manifests/base``), and starts ``trainguard operator --mode action`` with a token of that
 ServiceAccount, serving one fresh namespace. A RecoveryPolicy private to the session starts in
 Monitor mode. Then, in order:
 
@@ -26,6 +26,8 @@ import json
 import re
 import secrets
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -140,7 +142,7 @@ def setup(kube_api: kube.LocalKube, slurm_cluster: SlurmCluster,
     directory = tmp_path_factory.mktemp("operator")
     sa_kubeconfig = kube_api.service_account_kubeconfig(SERVICE_ACCOUNT, OPERATOR_NS, directory / "kubeconfig")
     process = op.OperatorProcess(
-        ["--scheduler", "slurm-local", "--namespace", namespace, "--allow-action", "--poll", "1",
+        ["--scheduler", "slurm-local", "--namespace", namespace, "--mode", "action", "--poll", "1",
          "--status-interval", "1", "--db", f"sqlite+aiosqlite:///{directory / 'audit.db'}"],
         op.operator_env(sa_kubeconfig, slurm_cluster.env, directory),
         directory / "operator.log",
@@ -311,3 +313,26 @@ def test_slurm_client_commands_authenticate_with_the_clusters_jwt(setup: Setup) 
     bad = subprocess.run(["scontrol", "show", "config"], env=forged, capture_output=True, text=True, timeout=30,
                          check=False)
     assert bad.returncode != 0, "a forged SLURM_JWT was accepted: the client did not use JWT auth"
+
+
+def test_operator_serves_liveness_readiness_and_metrics(setup: Setup) -> None:
+    """The probes of manifests/base hit these: /healthz (the event loop's heartbeat), /readyz (the
+    scheduler and the audit store answered), /metrics; the address is the one the log names."""
+    url = op.poll("the HTTP address in the operator log",
+                  lambda: (m := re.search(r"HTTP endpoints on (http://\S+) ", setup.process.tail(400))) and m.group(1),
+                  30, setup.diagnose)
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(url + path, timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    assert get("/healthz")[0] == 200
+    op.poll("/readyz 200", lambda: get("/readyz")[0] == 200, WAIT_S, setup.diagnose)
+    ready = json.loads(get("/readyz")[1])
+    assert ready["scheduler"]["reachable"] is True and ready["store"]["reachable"] is True, ready
+    status, metrics = get("/metrics")
+    assert status == 200
+    assert 'trainguard_dependency_reachable{dependency="scheduler"} 1.0' in metrics

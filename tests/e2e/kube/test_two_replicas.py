@@ -106,7 +106,7 @@ def replicas(kube_api: kube.LocalKube, slurm_cluster: SlurmCluster,
         home.mkdir()
         dbs.append(home / "audit.db")
         processes.append(op.OperatorProcess(
-            ["--scheduler", "slurm-local", "--namespace", namespace, "--allow-action", "--peering", LEASE,
+            ["--scheduler", "slurm-local", "--namespace", namespace, "--mode", "action", "--peering", LEASE,
              "--poll", "1", "--status-interval", "1", "--db", f"sqlite+aiosqlite:///{dbs[-1]}"],
             op.operator_env(kubeconfig, slurm_cluster.env, home), home / "operator.log"))
     for process in processes:

@@ -187,17 +187,18 @@ def test_deployment_runs_the_operator_in_monitor_mode(base: list[dict[str, Any]]
     _pod, container = operator_container(base)
     assert [*container["command"], *container["args"][:1]] == ["trainguard", "operator"]
     env = {item["name"]: item.get("value") for item in container["env"]}
-    assert env["TRAINGUARD_ALLOW_ACTION"] == "false"
+    assert env["TRAINGUARD_MODE"] == "monitor"
 
 
-def test_probes_hit_the_liveness_endpoint_the_operator_serves(base: list[dict[str, Any]]) -> None:
+def test_probes_hit_the_endpoints_the_operator_serves(base: list[dict[str, Any]]) -> None:
+    """Liveness and start-up on /healthz, readiness on /readyz, at the port of TRAINGUARD_HTTP_LISTEN
+    (what the operator really serves from these settings: test_manifest_config.py)."""
     _pod, container = operator_container(base)
-    (liveness,) = [arg for arg in container["args"] if arg.startswith("--liveness=")]
-    url = liveness.removeprefix("--liveness=")
-    port_number = int(url.rsplit(":", 1)[1].split("/", 1)[0])
-    path = "/" + url.rsplit(":", 1)[1].split("/", 1)[1]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    port_number = int(env["TRAINGUARD_HTTP_LISTEN"].rsplit(":", 1)[1])
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    paths = {"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"}
+    for probe, path in paths.items():
         http = container[probe]["httpGet"]
         assert http["path"] == path, probe
         assert ports[http["port"]] == port_number, probe

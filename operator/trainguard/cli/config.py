@@ -1,0 +1,533 @@
+"""One settings definition for ``trainguard run`` and ``trainguard operator``.
+
+Every setting is read from, in this order of precedence:
+
+1. its command-line flag (``--kebab-name``, or the contract's name: ``--db``, ``--poll``, ...);
+2. its environment variable ``TRAINGUARD_<NAME>`` (a few also accept the conventional name:
+   ``SLURM_JWT``, ``POD_NAMESPACE``);
+3. the YAML config file (``--config FILE`` or ``TRAINGUARD_CONFIG``; keys are the setting names);
+4. its default.
+
+The flags are generated from the fields below, so a setting cannot exist without a flag and an
+environment variable, and ``--print-config`` shows the effective value of each with where it
+came from (secrets redacted). Helm values render into the environment or the config file.
+
+Secrets (the database URL, the Slurm JWT) can come from a file (``--db-file`` /
+``TRAINGUARD_DB_URL_FILE``, ``--jwt-file`` / ``TRAINGUARD_SLURM_JWT_FILE``, e.g. a mounted
+Kubernetes Secret) or the environment, so they never need to be on a command line, where ``ps``
+shows them to every user of the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeVar
+
+import yaml
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from trainguard.store import location
+
+logger = logging.getLogger("trainguard.config")
+
+ENV_PREFIX: Final = "TRAINGUARD_"
+DEFAULT_HTTP_LISTEN: Final = "127.0.0.1:8080"
+REPLACED_ENV: Final = {
+    "TRAINGUARD_ALLOW_ACTION": "TRAINGUARD_MODE=action",
+    "TRAINGUARD_ACTIONS_ENABLED": "TRAINGUARD_MODE=action",
+}
+"""Former names of the cluster-wide Action switch: a start-up error, never silently ignored."""
+READ_ELSEWHERE: Final = {
+    "SLURM_CONF": "the Slurm client commands (slurm-local)",
+    "KUBECONFIG": "the Kubernetes credentials (operator)",
+    "POD_NAME": "the Lease holder identity (operator --peering)",
+    "XDG_STATE_HOME": "the default audit database location",
+}
+"""Environment variables read by something other than these settings (shown by --print-config)."""
+
+Mode = Literal["monitor", "action"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+PathList = Annotated[list[Path], NoDecode]
+TextList = Annotated[list[str], NoDecode]
+
+
+class ConfigError(Exception):
+    """A configuration problem, reported in one line."""
+
+
+def _flag(flag: str | None = None, *, metavar: str | None = None, short: str | None = None) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if flag:
+        extra["flag"] = flag
+    if metavar:
+        extra["metavar"] = metavar
+    if short:
+        extra["short"] = short
+    return extra
+
+
+def _also(name: str, *env: str) -> AliasChoices:
+    """The setting ``name`` is also read from the environment variables ``env`` (the first set wins)."""
+    return AliasChoices(f"{ENV_PREFIX}{name.upper()}", *env, name)
+
+
+class Settings(BaseSettings):
+    """Settings shared by ``trainguard run`` and ``trainguard operator``."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True, populate_by_name=True)
+
+    config: Path | None = Field(None, description="YAML file of settings, keyed by the names --print-config shows "
+                                "(read below flags and environment)", json_schema_extra=_flag(metavar="FILE"))
+    scheduler: str | None = Field(None, description="slurm-local | slurm-ssh://USER@HOST[:PORT] | "
+                                  "slurm-rest://HOST:PORT", json_schema_extra=_flag(metavar="SPEC"))
+    mode: Mode = Field("monitor", description="the cluster-wide Action switch. 'monitor' records advice and changes "
+                       "nothing; 'action' carries out the advice of policies whose mode is Action (two keys: the "
+                       "built-in default policy is always Monitor)")
+    db_url: SecretStr | None = Field(None, description="audit database URL (default: SQLite in --home); a URL "
+                                     "with a password belongs in TRAINGUARD_DB_URL or --db-file, not here, where ps "
+                                     "shows it", json_schema_extra=_flag("--db", metavar="URL"))
+    db_url_file: Path | None = Field(None, description="file holding the audit database URL (e.g. a mounted Secret)",
+                                     json_schema_extra=_flag("--db-file", metavar="FILE"))
+    home: Path | None = Field(None, description="state folder; the default SQLite audit database is HOME/trainguard.db "
+                              "(default: $XDG_STATE_HOME/trainguard or ~/.local/state/trainguard)",
+                              json_schema_extra=_flag(metavar="DIR"))
+    slurm_jwt: SecretStr | None = Field(None, validation_alias=_also("slurm_jwt", "SLURM_JWT"),
+                                        description="slurmrestd / auth/jwt token; prefer $SLURM_JWT or --jwt-file: on "
+                                        "the command line ps shows it",
+                                        json_schema_extra=_flag("--jwt", metavar="TOKEN"))
+    slurm_jwt_file: Path | None = Field(None, description="file holding the Slurm JWT (e.g. a mounted Secret)",
+                                        json_schema_extra=_flag("--jwt-file", metavar="FILE"))
+    rest_fallback: str = Field("slurm-local", description="CLI transport for what slurmrestd cannot do, e.g. "
+                               "requeue ('none' to disable)", json_schema_extra=_flag(metavar="SPEC"))
+    patterns_file: PathList = Field(default_factory=list, description="extra catalog patterns (YAML, catalog "
+                                    "schema); repeatable, comma-separated in the environment",
+                                    json_schema_extra=_flag(metavar="FILE"))
+    poll: float = Field(1.0, gt=0, description="seconds between job listings",
+                        json_schema_extra=_flag(metavar="SECONDS"))
+    http_listen: str = Field(DEFAULT_HTTP_LISTEN, description="HOST:PORT of /healthz, /readyz and /metrics (port 0: "
+                             "any free port, logged at start-up); 'off' disables them",
+                             json_schema_extra=_flag(metavar="HOST:PORT"))
+    log_level: LogLevel = "INFO"
+
+    COMMAND: ClassVar[str] = ""
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("patterns_file", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @model_validator(mode="after")
+    def _one_source_per_secret(self) -> Settings:
+        if self.db_url is not None and self.db_url_file is not None:
+            raise ValueError("give the database URL once: db_url (--db, TRAINGUARD_DB_URL) or db_url_file "
+                             "(--db-file, TRAINGUARD_DB_URL_FILE), not both")
+        if self.slurm_jwt is not None and self.slurm_jwt_file is not None:
+            raise ValueError("give the Slurm JWT once: slurm_jwt (--jwt, SLURM_JWT, TRAINGUARD_SLURM_JWT) or "
+                             "slurm_jwt_file (--jwt-file, TRAINGUARD_SLURM_JWT_FILE), not both")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags (passed as init arguments) > environment > config file > defaults; no .env files."""
+        path = None
+        if isinstance(init_settings, InitSettingsSource):
+            path = init_settings.init_kwargs.get("config")
+        path = path or os.environ.get(f"{ENV_PREFIX}CONFIG")
+        return init_settings, env_settings, ConfigFileSource(settings_cls, Path(path) if path else None)
+
+    # ------------------------------------------------------------------ effective values
+
+    def database_url(self) -> str:
+        """The audit database URL: --db / TRAINGUARD_DB_URL, else the file's content, else SQLite in home."""
+        if self.db_url is not None:
+            return self.db_url.get_secret_value()
+        if self.db_url_file is not None:
+            return _read_secret(self.db_url_file, "db_url_file")
+        if self.home is not None:
+            return f"sqlite+aiosqlite:///{self.home.expanduser() / 'trainguard.db'}"
+        return location.DEFAULT_DB_URL
+
+    def slurm_token(self) -> str | None:
+        """The Slurm JWT, from the environment, the flag or the file; None when none is given."""
+        if self.slurm_jwt is not None:
+            return self.slurm_jwt.get_secret_value()
+        if self.slurm_jwt_file is not None:
+            return _read_secret(self.slurm_jwt_file, "slurm_jwt_file")
+        return None
+
+    def scheduler_env(self) -> dict[str, str]:
+        """Environment of the Slurm client commands: ours, with the JWT from a file (auth/jwt reads
+        ``SLURM_JWT`` from the environment)."""
+        env = dict(os.environ)
+        token = self.slurm_token()
+        if token:
+            env["SLURM_JWT"] = token
+        return env
+
+    def effective(self) -> dict[str, Any]:
+        """Values derived from several settings, for --print-config."""
+        from trainguard.store import database
+
+        return {"db": database.safe_url(self.database_url()), "action_switch": self.mode == "action",
+                "slurm_jwt": "set" if self.slurm_token() else "not set"}
+
+
+class RunSettings(Settings):
+    """``trainguard run``: the standalone runner."""
+
+    COMMAND: ClassVar[str] = "run"
+
+    policy: PathList = Field(default_factory=list, description="RecoveryPolicy YAML file (repeatable; one or many "
+                             "documents each; comma-separated in the environment)",
+                             json_schema_extra=_flag(metavar="FILE"))
+    ssh_key: PathList = Field(default_factory=list, description="SSH private key for slurm-ssh (repeatable)",
+                              json_schema_extra=_flag(metavar="FILE"))
+    known_hosts: Path | None = Field(None, description="SSH known_hosts file for slurm-ssh",
+                                     json_schema_extra=_flag(metavar="FILE"))
+
+    @field_validator("policy", "ssh_key", mode="before")
+    @classmethod
+    def _split_paths(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @model_validator(mode="after")
+    def _needs_scheduler(self) -> RunSettings:
+        if not self.scheduler:
+            raise ValueError("scheduler: required (--scheduler SPEC or TRAINGUARD_SCHEDULER)")
+        return self
+
+
+class OperatorSettings(Settings):
+    """``trainguard operator``: the recovery loop as a Kubernetes operator."""
+
+    COMMAND: ClassVar[str] = "operator"
+
+    scheduler: str | None = Field("slurm-local", description="slurm-local | slurm-ssh://USER@HOST[:PORT] | "
+                                  "slurm-rest://HOST:PORT (default: slurm-local, i.e. scontrol/squeue with $SLURM_CONF "
+                                  "and the JWT)", json_schema_extra=_flag(metavar="SPEC"))
+    namespace: TextList = Field(default_factory=list, description="namespace whose RecoveryPolicy/WorkloadRecovery "
+                                "objects are served (repeatable; default: pod_namespace, else 'default')",
+                                json_schema_extra=_flag(metavar="NS", short="-n"))
+    all_namespaces: bool = Field(False, description="serve every namespace", json_schema_extra=_flag(short="-A"))
+    workload_namespace: str | None = Field(None, description="where WorkloadRecovery objects of Slurm jobs are "
+                                           "created (default: the first namespace, else pod_namespace, else "
+                                           "'default')", json_schema_extra=_flag(metavar="NS"))
+    pod_namespace: str | None = Field(None, validation_alias=_also("pod_namespace", "POD_NAMESPACE"),
+                                      description="the operator's own namespace (the downward API's POD_NAMESPACE)",
+                                      json_schema_extra=_flag(metavar="NS"))
+    standalone: bool = Field(False, description="one instance, no peering (the default; deploy one replica with "
+                             "strategy Recreate)")
+    peering: str | None = Field(None, description="several replicas, one active: act only while holding the "
+                                "coordination.k8s.io Lease NAME in the workload namespace (RBAC: docs/operator.md)",
+                                json_schema_extra=_flag(metavar="NAME"))
+    liveness: str | None = Field(None, description="also serve kopf's own liveness endpoint at this URL, e.g. "
+                                 "http://0.0.0.0:8081/healthz (the probes use --http-listen)",
+                                 json_schema_extra=_flag(metavar="URL"))
+    status_interval: float = Field(2.0, gt=0, description="seconds between WorkloadRecovery reconcile rounds",
+                                   json_schema_extra=_flag(metavar="SECONDS"))
+    retention: float = Field(3600.0, gt=0, description="keep a WorkloadRecovery this long after its job is no "
+                             "longer tracked", json_schema_extra=_flag(metavar="SECONDS"))
+    slinky_namespace: str | None = Field(None, description="namespace of a Slinky cluster's slurmd pods: lemon nodes "
+                                         "of Action-mode advice are cordoned in Kubernetes (policy must allow "
+                                         "cordonNode); needs manifests/slinky", json_schema_extra=_flag(metavar="NS"))
+
+    @field_validator("namespace", mode="before")
+    @classmethod
+    def _split_names(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> OperatorSettings:
+        if self.namespace and self.all_namespaces:
+            raise ValueError("namespace and all_namespaces exclude each other")
+        if self.standalone and self.peering:
+            raise ValueError("standalone and peering exclude each other")
+        return self
+
+    def namespaces(self) -> tuple[str, ...]:
+        """The served namespaces; empty with all_namespaces."""
+        if self.all_namespaces:
+            return ()
+        return tuple(self.namespace) or (self.pod_namespace or "default",)
+
+    def effective(self) -> dict[str, Any]:
+        namespaces = self.namespaces()
+        return {**super().effective(), "namespaces": list(namespaces) or "all",
+                "workload_namespace": self.workload_namespace or (namespaces[0] if namespaces else None)
+                or self.pod_namespace or "default"}
+
+
+class ConfigFileSource(PydanticBaseSettingsSource):
+    """The YAML config file: a mapping of setting names (``-`` or ``_``) to values."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
+        super().__init__(settings_cls)
+        self.path = path
+        self.values: dict[str, Any] = {}
+        if path is None:
+            return
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"config file {path}: {_first_line(exc)}") from exc
+        if data is None:
+            return
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path}: expected a mapping of setting names to values")
+        known = settings_cls.model_fields
+        for key, value in data.items():
+            name = str(key).replace("-", "_")
+            if name not in known or name == "config":
+                raise ConfigError(f"config file {path}: unknown setting {key!r}")
+            self.values[name] = value
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
+# ---------------------------------------------------------------------- flags
+
+
+def env_names(cls: type[Settings], name: str) -> list[str]:
+    """The environment variables of setting ``name``, in order of precedence."""
+    alias = cls.model_fields[name].validation_alias
+    if isinstance(alias, AliasChoices):
+        return [str(choice) for choice in alias.choices if str(choice).isupper()]
+    return [f"{ENV_PREFIX}{name.upper()}"]
+
+
+def flag_of(cls: type[Settings], name: str) -> str:
+    extra = cls.model_fields[name].json_schema_extra
+    flag = extra.get("flag") if isinstance(extra, dict) else None
+    return str(flag) if flag else "--" + name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type[Settings]) -> None:
+    """One flag per setting of ``cls``. Every default is None, so that a flag not given leaves the
+    setting to the environment, the config file and the default, in that order."""
+    for name, info in cls.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        flags = [flag_of(cls, name)]
+        if extra.get("short"):
+            flags.insert(0, str(extra["short"]))
+        default = info.get_default(call_default_factory=True)
+        shown = "" if default in (None, [], False) else f"; default: {_shown(default)}"
+        help_text = f"{info.description or name.replace('_', ' ')} (env {' or '.join(env_names(cls, name))}{shown})"
+        help_text = help_text.replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
+        annotation = info.annotation
+        if annotation is bool:
+            parser.add_argument(*flags, action="store_true", **kwargs)
+            continue
+        if extra.get("metavar"):
+            kwargs["metavar"] = extra["metavar"]
+        if typing.get_origin(annotation) is list:
+            item = typing.get_args(annotation)[0]
+            parser.add_argument(*flags, action="append", type=item if item is Path else str, **kwargs)
+            continue
+        choices = _literal_choices(annotation)
+        if choices:
+            parser.add_argument(*flags, choices=choices, **kwargs)
+        elif _base_type(annotation) is float:
+            parser.add_argument(*flags, type=float, **kwargs)
+        else:
+            parser.add_argument(*flags, **kwargs)
+
+
+def flags_of(args: argparse.Namespace, cls: type[Settings]) -> dict[str, Any]:
+    """The settings given as flags (the ones whose value is not None)."""
+    return {name: value for name, value in vars(args).items() if name in cls.model_fields and value is not None}
+
+
+S = TypeVar("S", bound=Settings)
+
+
+def load(cls: type[S], flags: Mapping[str, Any]) -> S:
+    """The settings of ``cls`` from ``flags`` (see ``flags_of``), the environment and the config
+    file. ConfigError with one line when something is wrong."""
+    for old, new in REPLACED_ENV.items():
+        if old in os.environ:
+            raise ConfigError(f"{old} is no longer read: the cluster-wide Action switch is {new} (or --mode action)")
+    try:
+        settings = cls(**dict(flags))
+        settings.database_url()
+        settings.slurm_token()
+    except ValidationError as exc:
+        raise ConfigError(_format(exc, cls)) from exc
+    unused = unused_environment(cls)
+    if unused:
+        logger.warning("environment variables nothing reads (typo?): %s", ", ".join(unused))
+    return settings
+
+
+def unused_environment(cls: type[Settings]) -> list[str]:
+    """``TRAINGUARD_*`` variables of this process that no setting reads."""
+    known = {env for name in cls.model_fields for env in env_names(cls, name)}
+    return sorted(name for name in os.environ if name.startswith(ENV_PREFIX) and name not in known)
+
+
+def describe(settings: Settings, flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The effective configuration with where each value came from; secrets redacted."""
+    cls = type(settings)
+    file_values: dict[str, Any] = {}
+    if settings.config is not None:
+        file_values = ConfigFileSource(cls, settings.config).values
+    items: dict[str, Any] = {}
+    read: dict[str, str] = {}
+    for name in cls.model_fields:
+        envs = [env for env in env_names(cls, name) if env in os.environ]
+        for env in envs:
+            read[env] = f"setting {name}"
+        if name in flags:
+            source = f"flag {flag_of(cls, name)}"
+        elif envs:
+            source = f"env {envs[0]}"
+        elif name in file_values:
+            source = f"file {settings.config}"
+        else:
+            source = "default"
+        items[name] = {"value": _redacted(name, getattr(settings, name)), "source": source}
+    for env, what in READ_ELSEWHERE.items():
+        if env in os.environ:
+            read[env] = what
+    return {"command": cls.COMMAND, "settings": items, "effective": settings.effective(),
+            "environment": {"read": dict(sorted(read.items())), "unused": unused_environment(cls)}}
+
+
+def print_config(settings: Settings, flags: Mapping[str, Any]) -> int:
+    print(json.dumps(describe(settings, flags), indent=2, sort_keys=False, default=str))
+    return 0
+
+
+def warn_secret_flags(settings: Settings, flags: Mapping[str, Any], prog: str) -> None:
+    """A secret given on the command line works, with a warning: every user of the host can read it."""
+    if "slurm_jwt" in flags:
+        logger.warning("%s: --jwt puts the token on the command line, where ps shows it to every user of this "
+                       "host; use $SLURM_JWT or --jwt-file FILE", prog)
+    if "db_url" in flags and settings.db_url is not None and _has_password(settings.db_url.get_secret_value()):
+        logger.warning("%s: the --db URL holds a password, which ps shows to every user of this host; use "
+                       "TRAINGUARD_DB_URL or --db-file FILE", prog)
+
+
+class ReplacedFlag(argparse.Action):
+    """A removed flag: a clear error naming its replacement, instead of argparse's 'unrecognized'."""
+
+    def __init__(self, option_strings: list[str], dest: str, replacement: str = "", **kwargs: Any) -> None:
+        self.replacement = replacement
+        kwargs.setdefault("help", f"removed: use {replacement}")
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.error(f"{option_string} was replaced by {self.replacement}")
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _split_list(value: Any) -> Any:
+    """A list from the environment: comma-separated; from a flag or the file: as given."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _read_secret(path: Path, name: str) -> str:
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read {path}: {exc.strerror or exc}") from exc
+    if not value:
+        raise ConfigError(f"{name}: {path} is empty")
+    return value
+
+
+def _redacted(name: str, value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        if name == "db_url":
+            from trainguard.store import database
+
+            return database.safe_url(value.get_secret_value())
+        return "**********"
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return value
+
+
+def _has_password(url: str) -> bool:
+    head = url.split("://", 1)[-1].split("/", 1)[0]
+    return "@" in head and ":" in head.split("@", 1)[0]
+
+
+def _format(exc: ValidationError, cls: type[Settings]) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = [str(part) for part in error["loc"]]
+        name = loc[0] if loc else ""
+        if name.upper().startswith(ENV_PREFIX) or name.isupper():  # reported under an alias
+            name = next((n for n in cls.model_fields if str(name) in env_names(cls, n)), name.lower())
+        if name in cls.model_fields:
+            where = f"{flag_of(cls, name)} / {' / '.join(env_names(cls, name))}"
+            parts.append(f"{where}: {error['msg']}")
+        else:
+            parts.append(str(error["msg"]).removeprefix("Value error, "))
+    return "; ".join(parts)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _literal_choices(annotation: Any) -> list[str] | None:
+    if typing.get_origin(annotation) is Literal:
+        return [str(arg) for arg in typing.get_args(annotation)]
+    return None
+
+
+def _base_type(annotation: Any) -> Any:
+    """``X | None`` -> ``X``."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
