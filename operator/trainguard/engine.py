@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 
 from trainguard import settings as settings_mod
 from trainguard.act import executor as executor_mod
+from trainguard.act import undrain
 from trainguard.attribute import allocation as alloc
 from trainguard.attribute import external, lemon, rules
 from trainguard.detect import catalog as catalog_mod
 from trainguard.detect import hosts, sanitize, stream
 from trainguard.detect import matcher as matcher_mod
-from trainguard.model import actions, advice, anomalies, clock, signals, verdicts, vocab, workloads
+from trainguard.model import actions, advice, anomalies, clock, limits, routing, signals, verdicts, vocab, workloads
 from trainguard.policy import blast_radius, decide, ledger, loader, overrides
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base
@@ -85,6 +86,8 @@ class WorkloadRuntime:
         default_factory=collections.deque
     )
     """Decisions waiting for the recovery in flight (``task``) to finish."""
+    route: routing.Route | None = None
+    """How the workload was routed to ``policy_name`` (recorded with every advice)."""
     recent: collections.deque[dict[str, object]] = field(default_factory=lambda: collections.deque(maxlen=20))
     """The latest audit records of this workload (kind, time, summary), newest last: the view
     that Kubernetes status and the console show; the audit store stays the durable log."""
@@ -113,6 +116,7 @@ class Engine:
         self.listeners = list(listeners)
         self.executor = executor_mod.Executor(scheduler, store, clock_, blast_limit=self._blast_limit)
         self.discovery = discovery.JobDiscovery(scheduler, clock_)
+        self.undrainer = undrain.Undrainer(scheduler, store, clock_, self._undrain_rule)
         self.runtimes: dict[str, WorkloadRuntime] = {}
         self.mode_overrides: dict[str, vocab.Mode] = {}
         self._matchers: dict[str, matcher_mod.Matcher] = {}
@@ -192,19 +196,20 @@ class Engine:
 
     def _effective_spec(
         self, job: workloads.JobSnapshot, opt_in: overrides.OptIn
-    ) -> tuple[policy_model.RecoveryPolicySpec | None, list[str]]:
-        """The policy covering ``job`` with its comment's overrides, the workload's mode override
-        and the cluster-wide Action switch applied; None (and why) when no policy covers it."""
-        policy, why = self.policies.select(opt_in.policy_name, partition=job.partition)
+    ) -> tuple[policy_model.RecoveryPolicySpec | None, list[str], routing.Route]:
+        """The policy covering ``job`` (``loader.PolicySet.route``) with its comment's overrides, the
+        workload's mode override and the cluster-wide Action switch applied; None (and why) when no
+        policy covers it; and the routing decision."""
+        policy, route = self.policies.route(opt_in.policy_name, job)
         if policy is None:
-            return None, [why]
+            return None, [route.reason], route
         spec, errors = overrides.resolve(policy.spec, opt_in)
         forced = self.mode_overrides.get(job.workload)
         if forced is not None:
             spec = spec.model_copy(update={"mode": forced})
         if not self.settings.allow_action and spec.mode != vocab.Mode.MONITOR:
             spec = spec.model_copy(update={"mode": vocab.Mode.MONITOR})
-        return spec, errors
+        return spec, errors, route
 
     def update_policies(self, policies: loader.PolicySet) -> None:
         """Swap the policy set (e.g. a RecoveryPolicy changed in Kubernetes); tracked workloads
@@ -226,7 +231,8 @@ class Engine:
             opt_in = overrides.parse_opt_in(rt.job.comment)
             if opt_in is None:
                 continue
-            spec, errors = self._effective_spec(rt.job, opt_in)
+            spec, errors, route = self._effective_spec(rt.job, opt_in)
+            rt.route, rt.policy_name = route, route.policy or opt_in.policy_name or ""
             if spec is not None:
                 rt.matcher = self._matcher_for(spec)
             rt.checkpoint_re = re.compile(spec.detection.checkpoint_regex) if spec is not None else None
@@ -238,8 +244,8 @@ class Engine:
         opt_in = overrides.parse_opt_in(job.comment)
         if opt_in is None:  # discovery lists only opted-in jobs; never touch anything else
             return
-        name = opt_in.policy_name or loader.DEFAULT_NAME
-        spec, errors = self._effective_spec(job, opt_in)
+        spec, errors, route = self._effective_spec(job, opt_in)
+        name = route.policy or opt_in.policy_name or ""
         await self.store.upsert_workload(
             workload=job.workload, scheduler=self.scheduler.name, job_id=job.job_id, at=now, policy=name,
             comment=job.comment[:1024], opt_in_errors=errors, state=job.state.value,
@@ -251,11 +257,12 @@ class Engine:
         rt = WorkloadRuntime(
             workload=job.workload, job=job, policy_name=name, spec=spec, detector=None, tailers=[],
             history=ledger.WorkloadHistory(workload=job.workload), checkpoint_re=checkpoint, matcher=matcher,
-            opt_in_errors=errors,
+            opt_in_errors=errors, route=route,
         )
         self.runtimes[job.workload] = rt
-        logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s)", job.workload, job.job_id, job.attempt,
-                    job.state.value, name, f", mode {spec.mode.value}" if spec else ", NOT COVERED")
+        logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s: %s)", job.workload, job.job_id, job.attempt,
+                    job.state.value, name or "-", f", mode {spec.mode.value}" if spec else ", NOT COVERED",
+                    route.reason)
         self._open_tailers(rt)
         await self._update(rt, job, first=True)
 
@@ -446,6 +453,8 @@ class Engine:
             partition_nodes=await self._partition_nodes(job.partition),
             own_exclusions=await self.store.own_exclusions(rt.workload), allocation=await self._allocation(rt),
         )
+        if rt.route is not None:
+            item = item.model_copy(update={"route": rt.route})
         rt.history = ledger.record_advice(rt.history, attempt, generation, item.action, item.exclude_nodes)
         # An advice that asks for nothing (a recorded straggler) must not keep a later real failure
         # of the same attempt from being advised.
@@ -505,44 +514,40 @@ class Engine:
         return rt.job
 
     async def _partition_nodes(self, partition: str) -> int | None:
+        """Usable nodes of the job's partition(s), for the "enough nodes left" check of exclusions."""
         try:
             nodes = await self.scheduler.list_nodes()
         except base.SchedulerError:
             return None
-        return sum(1 for n in nodes if not partition or partition in n.partitions or not n.partitions) or None
+        return usable_partition_nodes(nodes, partition)
 
-    async def _blast_limit(self, item: advice.Advice) -> str | None:
+    async def _blast_limit(self, item: advice.Advice) -> limits.LimitReport:
         rt = self.runtimes.get(item.workload)
         spec = rt.spec if rt is not None else None
         if spec is None:  # e.g. advice resumed by recover() before discovery ran
             policy = self.policies.get(item.policy or None)
             if policy is None:
-                return f"policy {item.policy or loader.DEFAULT_NAME!r} no longer exists"
+                gone = f"policy {item.policy or loader.DEFAULT_NAME!r} no longer exists"
+                return limits.LimitReport(checks=[limits.LimitCheck(
+                    limit="policy", maximum=0, planned=blast_radius.planned_operations(item), would_block=True,
+                    reason=gone)])
             spec = policy.spec
         now = self.clock.now()
         rows = await self.store.actions_by_operation(list(actions.Operation), since=now - blast_radius.WINDOW_S)
-        # One operation per carried-out advice generation (a requeue with exclusions is three scheduler
-        # calls but one recovery), plus one per drained node, as blast_radius.planned_operations counts.
-        recent: list[tuple[float, str]] = []
-        seen: set[tuple[str, int, int]] = set()
-        for r in rows:
-            if r.status != actions.ActionStatus.DONE:
-                continue
-            if r.operation == actions.Operation.DRAIN_NODE:
-                recent.append((r.created_at, r.operation.value))
-            elif (r.workload, r.attempt, r.generation) not in seen:
-                seen.add((r.workload, r.attempt, r.generation))
-                recent.append((r.created_at, r.operation.value))
+        monitor = item.mode is vocab.Mode.MONITOR
+        recent = await counted_operations(rows, item, self.store.get_advice if monitor else None)
+        name = item.policy or loader.DEFAULT_NAME
+        counted = (f"operations carried out, plus those Monitor advice of policy {name!r} would have carried out"
+                   if monitor else "operations carried out")
         nodes = await self.scheduler.list_nodes()
-        ours = sum(1 for n in nodes if n.drained and n.reason.startswith(base.OUR_REASON_PREFIX))
-        return blast_radius.check(
-            spec, advice=item, recent_actions=recent, partition_nodes=max(len(nodes), 1), drained_by_us=ours,
-            now=now,
-        )
+        ours = [n.name for n in nodes if n.drained and n.reason.startswith(base.OUR_REASON_PREFIX)]
+        return blast_radius.evaluate(spec, advice=item, recent_actions=recent, nodes=nodes, drained_by_us=ours,
+                                     now=now, counted=counted)
 
     async def sweep(self) -> None:
         """Watchdog: give up on advice past its deadline, releasing any hold of ours; then release
-        requeued jobs whose retry backoff (``Advice.release_at``) has passed."""
+        requeued jobs whose retry backoff (``Advice.release_at``) has passed; then resume the nodes
+        we drained whose policy's ``exclusion.undrainAfter`` has passed (``act.undrain``)."""
         await self.executor.watchdog.sweep()
         now = self.clock.now()
         for item in await self.store.pending_advice():
@@ -553,6 +558,16 @@ class Engine:
                 await self.executor.reconcile(item)
             elif rt.task is None or rt.task.done():
                 rt.task = self._spawn(self._carry_out(rt, item), f"release:{item.workload}:{item.generation}")
+        await self.undrainer.sweep()
+
+    def _undrain_rule(self, policy_name: str) -> undrain.UndrainRule | None:
+        """``exclusion.undrainAfter`` and the effective mode of the policy that drained a node."""
+        policy = self.policies.get(policy_name or None)
+        if policy is None:
+            return None
+        acting = self.settings.allow_action and policy.spec.mode == vocab.Mode.ACTION
+        return undrain.UndrainRule(policy.spec.exclusion.undrain_after,
+                                   vocab.Mode.ACTION if acting else vocab.Mode.MONITOR)
 
     async def _notify(self, rt: WorkloadRuntime, kind: str, payload: dict[str, object]) -> None:
         rt.recent.append({"kind": kind, "at": self.clock.now(), "payload": payload})
@@ -570,6 +585,58 @@ _STRENGTH = {
     vocab.Attribution.UNKNOWN.value: 0,
     vocab.Attribution.NONE.value: -1,
 }
+
+
+def usable_partition_nodes(nodes: Sequence[workloads.NodeSnapshot], partition: str) -> int | None:
+    """How many of ``nodes`` are usable (not drained, down, failed, ...) in ``partition``.
+
+    ``partition`` may be a comma list (a pending job submitted to several); a node counts when it
+    is in any of them. Nodes that name no partition count everywhere. None when none is usable
+    or known, which turns the check off rather than refusing every exclusion.
+    """
+    wanted = {p for p in partition.split(",") if p}
+    return sum(
+        1 for n in nodes if n.usable and (not wanted or not n.partitions or wanted & set(n.partitions))
+    ) or None
+
+
+async def counted_operations(
+    rows: Sequence[actions.ActionRecord],
+    item: advice.Advice,
+    get_advice: Callable[[str, int, int], Awaitable[advice.Advice | None]] | None,
+) -> list[tuple[float, str]]:
+    """The (time, operation) pairs the actions-per-hour window of ``item`` counts, from action rows.
+
+    One operation per carried-out advice generation (a requeue with exclusions is three scheduler
+    calls but one recovery), plus one per drained node, as ``blast_radius.planned_operations``
+    counts. Action mode counts what was carried out (``done`` rows, every workload and policy).
+    Monitor mode (``get_advice`` given) predicts Action mode: the operations carried out for
+    real, plus the ones earlier Monitor advice of the same policy would have carried out (rows
+    ``skipped: monitor mode``, not those that would have been blocked themselves): had the
+    policy been in Action mode, those would be in the window now. ``item``'s own rows never count.
+    """
+    recent: list[tuple[float, str]] = []
+    seen: set[tuple[str, int, int]] = set()
+    policy_of: dict[tuple[str, int, int], str | None] = {}
+    own = (item.workload, item.attempt, item.generation)
+    for r in rows:
+        key = (r.workload, r.attempt, r.generation)
+        if key == own:
+            continue
+        if r.status != actions.ActionStatus.DONE:
+            if get_advice is None or r.status != actions.ActionStatus.SKIPPED or r.error != executor_mod.MONITOR_SKIP:
+                continue
+            if key not in policy_of:
+                earlier = await get_advice(*key)
+                policy_of[key] = earlier.policy if earlier is not None else None
+            if policy_of[key] != item.policy:
+                continue
+        if r.operation == actions.Operation.DRAIN_NODE:
+            recent.append((r.created_at, r.operation.value))
+        elif key not in seen:
+            seen.add(key)
+            recent.append((r.created_at, r.operation.value))
+    return recent
 
 
 def _stronger(verdict: verdicts.Verdict, earlier: str) -> bool:

@@ -65,6 +65,9 @@ def parse_time(text: str) -> float:
 def isolated_policy(directory: Path, *, mode: str = "Action", spec: str = "") -> tuple[Path, str]:
     """Write a RecoveryPolicy named uniquely for this session; returns (file, name).
 
+    It has no selector, so routing never gives it to a job that names no policy (a policy without a
+    selector is reached only by its name): jobs of other tests stay out of its Action mode.
+
     ``spec`` is extra YAML under ``spec:``, indented two spaces (see ``NO_LEMONS``).
     """
     name = f"e2e-{secrets.token_hex(4)}"

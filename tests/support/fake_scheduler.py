@@ -25,6 +25,12 @@ from trainguard.schedulers import base
 READS = frozenset({"get_job", "list_jobs", "list_nodes", "close"})
 """Methods that never change scheduler state."""
 
+REQUEUE_HOLD = {"hold_reason": "JobHeldUser", "hold_detail": "job requeued in held state"}
+"""How Slurm shows a hold placed by ``scontrol requeuehold`` (22.05)."""
+ADMIN_HOLD = {"hold_reason": "JobHeldAdmin"}
+"""How Slurm shows a hold placed by an operator's ``scontrol hold`` (the description stays)."""
+NOT_HELD = {"held": False, "hold_reason": "", "hold_detail": ""}
+
 
 class FakeScheduler:
     """A scheduler held in memory. Configure ``fail`` / ``no_effect`` / ``after`` per operation."""
@@ -102,10 +108,11 @@ class FakeScheduler:
             raise base.SchedulerError(f"Requested operation is presently disabled for job {job_id}")
         if job.state in (workloads.JobState.PENDING, workloads.JobState.REQUEUED):
             if hold and not job.held:
-                self._mutate(operation, job_id, held=True)
+                self._mutate(operation, job_id, held=True, **ADMIN_HOLD)  # the adapters fall back to hold
             return  # already requeued: success, nothing to do
+        held = REQUEUE_HOLD if hold else {}
         self._mutate(operation, job_id, attempt=job.attempt + 1, state=workloads.JobState.PENDING, nodes=[],
-                     held=hold or job.held, exit_code=None)
+                     held=hold or job.held, exit_code=None, **held)
 
     async def requeue(self, job_id: str) -> None:
         self._requeue("requeue", job_id, hold=False)
@@ -120,13 +127,13 @@ class FakeScheduler:
         if job.state is not workloads.JobState.PENDING:
             raise base.SchedulerError(f"Job {job_id} is not pending: cannot hold (state {job.state.value})")
         if not job.held:
-            self._mutate("hold", job_id, held=True)
+            self._mutate("hold", job_id, held=True, **ADMIN_HOLD)
 
     async def release(self, job_id: str) -> None:
         if not self._call("release", job_id):
             return
         if self._job(job_id).held:
-            self._mutate("release", job_id, held=False)
+            self._mutate("release", job_id, **NOT_HELD)
 
     async def exclude_nodes(self, job_id: str, nodes: list[str]) -> None:
         if not self._call("exclude_nodes", job_id, tuple(nodes)):
@@ -146,7 +153,7 @@ class FakeScheduler:
             return
         job = self._job(job_id)
         if not job.state.finished:
-            self._mutate("cancel", job_id, state=workloads.JobState.CANCELLED, held=False)
+            self._mutate("cancel", job_id, state=workloads.JobState.CANCELLED, **NOT_HELD)
 
     # -- node operations --------------------------------------------------------------------------
 
@@ -177,6 +184,15 @@ class FakeScheduler:
         self._call("close")
 
     # -- test helpers (not part of the Protocol) -------------------------------------------------------
+
+    def person_holds(self, job_id: str, *, released_first: bool = False) -> None:
+        """A person runs ``scontrol hold`` (after ``scontrol release`` if ``released_first``): what
+        Slurm then shows, not a call of ours (not logged as a mutation)."""
+        self._load()
+        job = self.jobs[job_id]
+        detail = "" if released_first or not job.held else job.hold_detail
+        self.jobs[job_id] = job.model_copy(update={"held": True, "hold_detail": detail, **ADMIN_HOLD})
+        self._save()
 
     def start(self, job_id: str, nodes: list[str]) -> None:
         """The scheduler starts a pending job (what Slurm does on its own)."""

@@ -18,22 +18,35 @@ A restarted process that finds an intent without a result re-reads the scheduler
 decides from its state whether the step took effect (e.g. the restart count advanced =>
 the requeue happened => it is marked done, not repeated). In Monitor mode the steps are
 recorded as ``skipped: monitor mode`` and no mutating scheduler method is called.
+
+Blast-radius limits are evaluated in both modes before the first step (``blast_limit``) and
+their figures recorded on the outcome (``blast_radius`` in its audit payload). In Action mode a
+limit that blocks closes the generation as Abandoned with every step ``skipped: blocked``; in
+Monitor mode the steps are recorded as ``skipped: monitor mode; would be blocked: ...`` so the
+Monitor trail shows what Action mode would have refused (and the engine counts only the
+generations that would have run in a Monitor policy's actions-per-hour window).
+
+A hold step records how the scheduler shows the hold right after it (``watchdog.HOLD_SEEN``);
+the ``release`` step (e.g. after a retry backoff) releases only a hold that still looks so, and
+leaves a person's hold alone (see ``watchdog``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from trainguard.act import ports, steps, watchdog
-from trainguard.model import actions, advice, clock, vocab
+from trainguard.model import actions, advice, clock, limits, vocab, workloads
 
 logger = logging.getLogger(__name__)
 
-BlastLimit = Callable[[advice.Advice], Awaitable[str | None]]
-"""Returns why acting on this advice now would exceed a blast-radius limit, or None to allow."""
+BlastLimit = Callable[[advice.Advice], Awaitable[limits.LimitReport]]
+"""Evaluates every blast-radius limit against this advice now; ``report.reason`` is None to allow."""
 
 MONITOR_SKIP = "skipped: monitor mode"
+WOULD_BLOCK = "would be blocked"
 ALREADY_IN_EFFECT = "already in effect"
 
 
@@ -71,12 +84,25 @@ class Executor:
             return steps.Observation(job)
         return steps.Observation(job, {n.name: n for n in await self._scheduler.list_nodes()})
 
-    async def _close(self, item: advice.Advice, disposition: vocab.Disposition, detail: str) -> vocab.Disposition:
+    async def _close(self, item: advice.Advice, disposition: vocab.Disposition, detail: str,
+                     report: limits.LimitReport | None = None) -> vocab.Disposition:
         outcome = await self._ledger.record_outcome(actions.OutcomeRecord(
             workload=item.workload, attempt=item.attempt, generation=item.generation, disposition=disposition,
             detail=detail, decided_by=item.decided_by, at=self._clock.now(),
+            limits=report.payload() if report is not None and report.checks else None,
         ))
         return outcome.disposition
+
+    async def _monitor_limits(self, item: advice.Advice) -> limits.LimitReport | None:
+        """What the limits would say in Action mode; a failure to evaluate them never stops the record."""
+        if self._blast_limit is None:
+            return None
+        try:
+            return await self._blast_limit(item)
+        except Exception as exc:
+            logger.warning("%s generation %d: blast-radius limits not evaluated in Monitor mode: %s",
+                           item.workload, item.generation, exc)
+            return None
 
     def _row(self, item: advice.Advice, step: steps.Step, status: actions.ActionStatus,
              error: str = "") -> actions.ActionRecord:
@@ -86,9 +112,10 @@ class Executor:
         )
 
     async def _finish(self, item: advice.Advice, step: steps.Step, status: actions.ActionStatus,
-                      error: str = "") -> None:
+                      error: str = "", result: dict[str, Any] | None = None) -> None:
         await self._ledger.finish_action(workload=item.workload, attempt=item.attempt, generation=item.generation,
-                                         step=step.name, status=status, at=self._clock.now(), error=error)
+                                         step=step.name, status=status, at=self._clock.now(), error=error,
+                                         result=result)
 
     def _expired(self, item: advice.Advice) -> bool:
         return item.deadline is not None and self._clock.now() >= item.deadline
@@ -102,19 +129,26 @@ class Executor:
         if not rows and not steps.unmet(item, seen):
             return await self._close(item, vocab.Disposition.CONVERGED, "already satisfied")
         if item.mode is vocab.Mode.MONITOR:
+            report = await self._monitor_limits(item)
+            blocked = report.reason if report is not None else None
+            skip = f"{MONITOR_SKIP}; {WOULD_BLOCK}: {blocked}" if blocked else MONITOR_SKIP
             for step in plan:
-                await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.SKIPPED, MONITOR_SKIP),
+                await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.SKIPPED, skip),
                                                 at=self._clock.now())
-            return await self._close(item, vocab.Disposition.MONITORED,
-                                     f"monitor mode: would run {', '.join(s.name for s in plan) or 'nothing'}")
-        if not rows and self._blast_limit is not None:
-            blocked = await self._blast_limit(item)
+            detail = f"monitor mode: would run {', '.join(s.name for s in plan) or 'nothing'}"
             if blocked:
+                detail = f"monitor mode: Action mode would be blocked by a blast-radius limit: {blocked}"
+            return await self._close(item, vocab.Disposition.MONITORED, detail, report)
+        report = None
+        if not rows and self._blast_limit is not None:
+            report = await self._blast_limit(item)
+            if report.reason:
                 for step in plan:
                     await self._ledger.begin_action(
-                        self._row(item, step, actions.ActionStatus.SKIPPED, f"blocked: {blocked}"),
+                        self._row(item, step, actions.ActionStatus.SKIPPED, f"blocked: {report.reason}"),
                         at=self._clock.now())
-                return await self._close(item, vocab.Disposition.ABANDONED, f"blocked by blast-radius limit: {blocked}")
+                return await self._close(item, vocab.Disposition.ABANDONED,
+                                         f"blocked by blast-radius limit: {report.reason}", report)
         for step in plan:
             if self._backing_off(item, step, rows.get(step.name)):
                 # Requeued and held; the release waits for the retry backoff. The advice stays
@@ -128,7 +162,7 @@ class Executor:
         missing = steps.unmet(item, seen)
         if missing:
             return await self.watchdog.abandon(item, f"verify failed: {'; '.join(missing)}")
-        return await self._close(item, vocab.Disposition.CONVERGED, f"verified after {len(plan)} step(s)")
+        return await self._close(item, vocab.Disposition.CONVERGED, f"verified after {len(plan)} step(s)", report)
 
     def _backing_off(self, item: advice.Advice, step: steps.Step, row: actions.ActionRecord | None) -> bool:
         return (
@@ -152,8 +186,19 @@ class Executor:
                 await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.SKIPPED, ALREADY_IN_EFFECT),
                                                 at=self._clock.now())
             else:  # an intent from before a restart whose call did take effect
-                await self._finish(item, step, actions.ActionStatus.DONE, "took effect before a restart")
+                await self._finish(item, step, actions.ActionStatus.DONE, "took effect before a restart",
+                                   result=_hold_seen(step, seen.job))
             return ""
+        if step.operation is actions.Operation.RELEASE:
+            foreign = watchdog.hold_not_ours(
+                await self._ledger.actions_for(item.workload, item.attempt, item.generation), seen.job)
+            if foreign:  # a person held the job after us: their hold is theirs to release
+                left = watchdog.left_alone_row(item, step.name, seen.job, foreign, decided_by=item.decided_by)
+                if row is None:
+                    await self._ledger.begin_action(left, at=self._clock.now())
+                else:
+                    await self._finish(item, step, actions.ActionStatus.SKIPPED, left.error)
+                return left.error
         if row is None:
             intent = _with_added_nodes(self._row(item, step, actions.ActionStatus.INTENT), step, seen)
             await self._ledger.begin_action(intent, at=self._clock.now())
@@ -163,8 +208,26 @@ class Executor:
             error = f"{type(exc).__name__}: {exc}"
             await self._finish(item, step, actions.ActionStatus.FAILED, error)
             return f"step {step.name} failed: {error}"
-        await self._finish(item, step, actions.ActionStatus.DONE)
+        await self._finish(item, step, actions.ActionStatus.DONE, result=await self._read_hold(step))
         return ""
+
+    async def _read_hold(self, step: steps.Step) -> dict[str, Any] | None:
+        """After a hold step: how the scheduler shows the hold we just placed (None if not readable)."""
+        if not step.operation.places_hold:
+            return None
+        try:
+            job = await self._scheduler.get_job(step.job_id)
+        except Exception as exc:  # the hold stands; only its later verification is lost
+            logger.warning("cannot read the hold just placed on %s: %s", step.job_id, exc)
+            return None
+        return _hold_seen(step, job)
+
+
+def _hold_seen(step: steps.Step, job: workloads.JobSnapshot) -> dict[str, Any] | None:
+    """The ``hold_seen`` argument for a hold step's row, when the job shows a hold."""
+    if not step.operation.places_hold or not job.held:
+        return None
+    return {watchdog.HOLD_SEEN: watchdog.hold_fingerprint(job)}
 
 
 def _with_added_nodes(record: actions.ActionRecord, step: steps.Step, seen: steps.Observation) -> actions.ActionRecord:

@@ -9,7 +9,7 @@ cross (job snapshots, advice, action and outcome records) live in ``model``.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from trainguard.model import actions, advice, workloads
 
@@ -38,6 +38,16 @@ class JobScheduler(Protocol):
     async def drain_node(self, node: str, reason: str) -> None: ...
 
 
+class NodeScheduler(Protocol):
+    """The node operations ``act.undrain`` needs (``schedulers.base.Scheduler``, same semantics)."""
+
+    name: str
+
+    async def list_nodes(self) -> list[workloads.NodeSnapshot]: ...
+
+    async def resume_node(self, node: str) -> None: ...
+
+
 class Ledger(Protocol):
     """The part of ``store.audit.AuditStore`` the executor and watchdog write and read."""
 
@@ -53,7 +63,7 @@ class Ledger(Protocol):
 
     async def finish_action(
         self, *, workload: str, attempt: int, generation: int, step: str, status: actions.ActionStatus,
-        at: float, error: str = "",
+        at: float, error: str = "", result: dict[str, Any] | None = None,
     ) -> actions.ActionRecord: ...
 
     async def actions_for(self, workload: str, attempt: int, generation: int) -> list[actions.ActionRecord]: ...

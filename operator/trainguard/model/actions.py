@@ -25,6 +25,8 @@ class Operation(enum.StrEnum):
     HOLD = "hold"
     CANCEL = "cancel"
     DRAIN_NODE = "drain_node"
+    RESUME_NODE = "resume_node"
+    """Undo our own drain (``act.undrain``): recorded under the advice generation that drained the node."""
 
     @property
     def places_hold(self) -> bool:
@@ -75,3 +77,6 @@ class OutcomeRecord(BaseModel):
     detail: str = ""
     decided_by: vocab.Decider = vocab.Decider.POLICY_ENGINE
     at: float = 0.0
+    limits: dict[str, Any] | None = None
+    """The blast-radius evaluation of the generation (``model.limits.LimitReport.payload``), in
+    both modes; written to the outcome's audit record (``blast_radius``), not read back."""

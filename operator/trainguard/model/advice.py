@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainguard.model import vocab
+from trainguard.model import routing, vocab
 
 
 class Advice(BaseModel):
@@ -32,3 +32,5 @@ class Advice(BaseModel):
     this (epoch seconds). None: released at once."""
     decided_by: vocab.Decider = vocab.Decider.POLICY_ENGINE
     policy: str = ""
+    route: routing.Route | None = None
+    """How the workload was routed to ``policy`` (``policy.loader.PolicySet.route``)."""

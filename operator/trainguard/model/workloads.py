@@ -41,7 +41,8 @@ class JobSnapshot(BaseModel):
 
     ``attempt`` is the scheduler's restart count (Slurm ``Restarts``); the identity of a
     run is (workload, attempt). ``held`` is true when the job is held (user or admin,
-    Priority=0 / requeue-hold); whether the hold is ours is known from our own action rows.
+    Priority=0 / requeue-hold); whether the hold is ours is known from our own action rows and
+    checked against ``hold_reason``/``hold_detail`` before we release it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -58,9 +59,26 @@ class JobSnapshot(BaseModel):
     excluded_nodes: list[str] = Field(default_factory=list)
     comment: str = ""
     partition: str = ""
+    """Slurm partition; a pending job submitted to several shows them comma-separated (``a,b``)."""
+    account: str = ""
+    """Slurm account (empty when the cluster has none); policies route on it (``selector.accounts``)."""
+    user: str = ""
+    """The submitting user's name (Slurm ``UserId``/``user_name``); ``selector.users``."""
+    qos: str = ""
+    """Slurm quality of service; ``selector.qos``."""
+    namespace: str = ""
+    """Kubernetes namespace of a Kubernetes workload (empty for Slurm); ``selector.namespaces``."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Kubernetes labels of a Kubernetes workload (empty for Slurm); ``selector.labels``."""
     stdout_path: str | None = None
     stderr_path: str | None = None
     held: bool = False
+    hold_reason: str = ""
+    """Slurm's reason code of the hold (``JobHeldUser``, ``JobHeldAdmin``); empty when not held."""
+    hold_detail: str = ""
+    """Slurm's description of the hold, e.g. ``job requeued in held state`` after ``scontrol
+    requeuehold``; a person's ``scontrol hold`` changes the code, a release clears both. With
+    ``hold_reason`` it tells whether a hold is still the one we placed."""
     requeue_allowed: bool = True
     num_tasks: int | None = None
     """Tasks of the job (Slurm ``NumTasks``); with ``nodes`` it gives the rank layout."""
@@ -79,6 +97,17 @@ class JobSnapshot(BaseModel):
         return self.num_tasks // len(self.nodes)
 
 
+UNUSABLE_NODE_STATES = frozenset({
+    "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "FUTURE", "UNKNOWN",
+    "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN", "POWERING_UP", "INVALID", "INVALID_REG", "REBOOT_ISSUED",
+    "REBOOT_REQUESTED", "MAINTENANCE", "MAINT", "BLOCKED",
+})
+"""Slurm node state words (base state or flag) that keep new work off a node."""
+
+_SINFO_SUFFIXES = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "%": "POWERING_DOWN",
+                   "!": "POWER_DOWN", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED", "-": "PLANNED", "$": "MAINT"}
+
+
 class NodeSnapshot(BaseModel):
     """One read of one node. ``reason`` starts with our tag when we drained it."""
 
@@ -89,3 +118,20 @@ class NodeSnapshot(BaseModel):
     reason: str = ""
     partitions: list[str] = Field(default_factory=list)
     drained: bool = False
+
+    @property
+    def usable(self) -> bool:
+        """Whether the scheduler may start work on the node now: not drained, down, failed,
+        powered down, rebooting or otherwise unavailable (``IDLE``, ``MIXED``, ``ALLOCATED``,
+        ``COMPLETING`` and the like are usable). ``state`` is Slurm's, words joined by ``+``."""
+        if self.drained:
+            return False
+        words: set[str] = set()
+        for raw in self.state.upper().split("+"):
+            word = raw.strip()
+            while word and word[-1] in _SINFO_SUFFIXES:
+                words.add(_SINFO_SUFFIXES[word[-1]])
+                word = word[:-1]
+            if word:
+                words.add(word)
+        return bool(words) and not words & UNUSABLE_NODE_STATES

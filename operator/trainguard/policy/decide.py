@@ -9,15 +9,21 @@ The rules, in order; each appends a reason to the Advice:
 
 1. Nothing to do for a healthy anomaly or a job that completed.
 2. The job's exit code is a "do not requeue" code (``doNotRequeueExitCodes``, NVRx 93): stop;
-   or nothing if the job already ended and cannot be requeued anyway.
-3. What the failure asks for: a straggler/throughput drop gets nothing unless
+   or nothing if the job already ended and cannot be requeued anyway. The job's own request
+   comes before the policy's rules.
+3. What the failure asks for: the first of the policy's ``rules`` that matches (symptoms,
+   attributions, categories, exit codes; ``match_rule``) decides: Requeue, RequeueExcluding
+   (the suspects and lemon nodes become exclusion candidates), Stop, Hold or Ignore. Without
+   a matching rule, the built-in behaviour: a straggler/throughput drop gets nothing unless
    ``throughputDropAction: requeue`` (then a requeue without the slow node); an application
    failure gets ``applicationErrorAction``; hardware, system, unknown failures and hangs get a
    requeue (the executor cancels/requeues a hung attempt). Hardware suspects (and lemon nodes
    of the verdict) become exclusion candidates when ``excludeOnHardware``.
 4. A requeue must fit the budget: ``retries_used >= maxRetries`` or
    ``attemptsWithoutCheckpoint >= maxAttemptsWithoutCheckpoint`` turns it into stop.
-5. A requeue on a job that cannot be requeued (``--no-requeue``) becomes nothing.
+5. A requeue on a job that cannot be requeued (``--no-requeue``) becomes nothing, except for a
+   hang: a hung job does not end by itself, so it is stopped (hold, then nothing, if stop is
+   not allowed). A hang past the retry budget is stopped by rule 4.
 6. Exclusions (``exclude_nodes`` is the whole desired set, so the executor's merge is idempotent):
    only nodes the job ran on; merged with those already excluded (the user's own ``--exclude``
    stays); ``maxExcludedNodesPerJob`` caps only Trainguard's own exclusions (``own_exclusions``,
@@ -113,14 +119,23 @@ def decide(
         reasons.append(f"exit code {job.exit_code} means 'do not requeue' (doNotRequeueExitCodes): stop")
         return make(_allowed(spec, Action.STOP, reasons))
 
-    wanted, candidates = _wanted(spec, anomaly, verdict, reasons)
+    rule = match_rule(spec, anomaly, verdict, job)
+    if rule is not None:
+        wanted, candidates = _from_rule(spec, rule, anomaly, verdict, reasons)
+    else:
+        wanted, candidates = _wanted(spec, anomaly, verdict, reasons)
     exclude: list[str] = []
     drain: list[str] = []
     if wanted == Action.REQUEUE:
         wanted = _budget(spec, attempt, history, job, reasons)
     if wanted == Action.REQUEUE and not job.requeue_allowed:
-        reasons.append("the job cannot be requeued (submitted with --no-requeue): nothing to do")
-        wanted = Action.NONE
+        if anomaly.symptom == vocab.Symptom.HANG and not job.state.finished:
+            # A hung job does not end by itself: left alone it holds its nodes until its time limit.
+            reasons.append("the job cannot be requeued (submitted with --no-requeue) and is hung: stop")
+            wanted = Action.STOP
+        else:
+            reasons.append("the job cannot be requeued (submitted with --no-requeue): nothing to do")
+            wanted = Action.NONE
     if wanted == Action.REQUEUE:
         exclude = _exclusions(
             spec, candidates, history=history, job=job, partition_nodes=partition_nodes, reasons=reasons,
@@ -189,6 +204,71 @@ def _wanted(
     elif verdict.attribution == vocab.Attribution.HARDWARE and verdict.suspect_nodes:
         reasons.append("excludeOnHardware is false: the suspect nodes are not excluded")
     return Action.REQUEUE, list(dict.fromkeys(candidates))
+
+
+_RULE_ACTIONS: Mapping[model.RuleAction, vocab.AdviceAction] = {
+    model.RuleAction.REQUEUE: Action.REQUEUE,
+    model.RuleAction.REQUEUE_EXCLUDING: Action.REQUEUE,
+    model.RuleAction.STOP: Action.STOP,
+    model.RuleAction.HOLD: Action.HOLD,
+    model.RuleAction.IGNORE: Action.NONE,
+}
+
+
+def match_rule(
+    spec: model.RecoveryPolicySpec,
+    anomaly: anomalies.Anomaly,
+    verdict: verdicts_model.Verdict,
+    job: workloads.JobSnapshot,
+) -> tuple[int, model.Rule] | None:
+    """The first of ``spec.rules`` that matches this failure, with its index; None if none does.
+
+    An exit code condition needs the job to have ended with that code: a running job (a hang, a
+    crash seen in the output before the exit) has no exit code yet.
+    """
+    exit_code = job.exit_code if job.state.finished else None
+    for index, rule in enumerate(spec.rules):
+        m = rule.match
+        if m.symptoms and anomaly.symptom not in m.symptoms:
+            continue
+        if m.attributions and verdict.attribution not in m.attributions:
+            continue
+        if m.categories and verdict.category not in m.categories:
+            continue
+        if m.exit_codes and (exit_code is None or exit_code not in m.exit_codes):
+            continue
+        return index, rule
+    return None
+
+
+def _describe_match(match: model.RuleMatch) -> str:
+    parts = [
+        f"{name} {', '.join(str(v) for v in values)}"
+        for name, values in (
+            ("symptoms", match.symptoms), ("attributions", match.attributions), ("categories", match.categories),
+            ("exitCodes", match.exit_codes),
+        )
+        if values
+    ]
+    return "; ".join(parts) or "any failure"
+
+
+def _from_rule(
+    spec: model.RecoveryPolicySpec,
+    found: tuple[int, model.Rule],
+    anomaly: anomalies.Anomaly,
+    verdict: verdicts_model.Verdict,
+    reasons: list[str],
+) -> tuple[vocab.AdviceAction, list[str]]:
+    """What a matching rule asks for, and the nodes a requeue should avoid."""
+    index, rule = found
+    reasons.append(
+        f"rule {index} ({_describe_match(rule.match)}) matched {anomaly.symptom} {verdict.attribution} "
+        f"({verdict.category}): {rule.action}"
+    )
+    if rule.action != model.RuleAction.REQUEUE_EXCLUDING:
+        return _RULE_ACTIONS[rule.action], []
+    return Action.REQUEUE, list(dict.fromkeys([*verdict.suspect_nodes, *verdict.lemon_nodes]))
 
 
 def _budget(

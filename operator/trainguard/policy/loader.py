@@ -18,10 +18,15 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from trainguard.model import routing, workloads
 from trainguard.policy import model
 
 DEFAULT_NAME = "default"
-"""Name of a bare spec without ``selector.policyName``; jobs that say just ``trainguard`` get it."""
+"""Name of a bare spec without ``selector.policyName``; the fallback route of a job that names no
+policy when no selector covers it more specifically."""
+
+MAX_CANDIDATES = 20
+"""Candidates kept in a recorded Route: enough to see a tie, small enough for every advice row."""
 
 _MAX_FILE_BYTES = 4 * 1024 * 1024
 
@@ -54,16 +59,144 @@ class PolicySet:
     def select(
         self, name: str | None, *, partition: str = "", namespace: str = ""
     ) -> tuple[model.RecoveryPolicy | None, str]:
-        """The policy covering a job, or None and the reason to record on the workload."""
-        policy = self.get(name)
-        if policy is None:
-            return None, f"no RecoveryPolicy named {name or DEFAULT_NAME!r} (known: {', '.join(self.names())})"
-        selector = policy.spec.selector
-        if selector.partitions and partition not in selector.partitions:
-            return None, f"policy {policy.name!r} does not cover partition {partition!r}"
-        if selector.namespaces and namespace not in selector.namespaces:
-            return None, f"policy {policy.name!r} does not cover namespace {namespace!r}"
-        return policy, f"policy {policy.name!r}"
+        """``route`` for a job known only by its partition and namespace; (policy, reason)."""
+        job = workloads.JobSnapshot(workload="", job_id="", state=workloads.JobState.UNKNOWN, partition=partition,
+                                    namespace=namespace)
+        policy, route = self.route(name, job)
+        return policy, route.reason
+
+    def route(
+        self, name: str | None, job: workloads.JobSnapshot
+    ) -> tuple[model.RecoveryPolicy | None, routing.Route]:
+        """The policy covering ``job`` and the routing decision to record (docs/policy.md "Routing").
+
+        A job that names a policy (``policy=NAME``) gets that policy, or none when its selector
+        excludes the job: naming a policy never widens what it covers. A job that names none gets
+        the most specific policy whose selector covers it: specificity is the number of selector
+        dimensions set (partitions, accounts, users, qos, namespaces, one per label key); a tie goes
+        to the higher ``selector.priority``; a tie on both is ambiguous and covers nothing, because
+        acting under a policy picked by accident is worse than recording the conflict. A policy
+        with an empty selector is reached only by its name, except the one named ``default``,
+        which is the fallback of specificity 0: adding a policy for one team never captures
+        everybody else's jobs.
+        """
+        if name:
+            policy = self.get(name)
+            if policy is None:
+                return None, routing.Route(
+                    policy=None, explicit=True,
+                    reason=f"no RecoveryPolicy named {name!r} (known: {', '.join(self.names()) or 'none'})",
+                )
+            excluded = excludes(policy.spec.selector, job)
+            if excluded:
+                return None, routing.Route(
+                    policy=None, explicit=True,
+                    reason=f"the job names policy {policy.name!r}, but that policy's selector {excluded}",
+                )
+            return policy, routing.Route(
+                policy=policy.name, explicit=True, reason=f"named by the job (policy={name})",
+                candidates=[_candidate(policy)],
+            )
+        covering = sorted(
+            (policy for policy in self.policies if _routable(policy) and not excludes(policy.spec.selector, job)),
+            key=_rank,
+        )
+        candidates = [_candidate(policy) for policy in covering[:MAX_CANDIDATES]]
+        if not covering:
+            return None, routing.Route(
+                policy=None,
+                reason=f"no policy's selector covers the job ({describe(job)}) and no policy is named {DEFAULT_NAME!r}",
+            )
+        best = covering[0]
+        tied = [p for p in covering if _rank(p)[:2] == _rank(best)[:2]]
+        if len(tied) > 1:
+            names = ", ".join(repr(p.name) for p in tied)
+            return None, routing.Route(
+                policy=None, candidates=candidates,
+                reason=f"ambiguous: {names} cover the job equally (specificity {best.spec.selector.dimensions()}, "
+                f"priority {best.spec.selector.priority}); narrow a selector or set selector.priority",
+            )
+        selector = best.spec.selector
+        if selector.dimensions() == 0:
+            why = f"the {DEFAULT_NAME!r} policy: no selector covers the job more specifically"
+        else:
+            why = (f"most specific selector covering the job ({_matched(selector, job)}; "
+                   f"specificity {selector.dimensions()})")
+            if len(covering) > 1:
+                why += f" over {', '.join(repr(p.name) for p in covering[1:4])}" + (" ..." if len(covering) > 4 else "")
+        return best, routing.Route(policy=best.name, reason=why, candidates=candidates)
+
+
+def _routable(policy: model.RecoveryPolicy) -> bool:
+    return policy.spec.selector.dimensions() > 0 or policy.name == DEFAULT_NAME
+
+
+def _rank(policy: model.RecoveryPolicy) -> tuple[int, int, str]:
+    selector = policy.spec.selector
+    return -selector.dimensions(), -selector.priority, policy.name
+
+
+def _candidate(policy: model.RecoveryPolicy) -> routing.Candidate:
+    selector = policy.spec.selector
+    return routing.Candidate(policy=policy.name, specificity=selector.dimensions(), priority=selector.priority)
+
+
+def partitions_of(job: workloads.JobSnapshot) -> list[str]:
+    """The partitions a job may run in (a pending job may name several, ``a,b``)."""
+    return [p.strip() for p in job.partition.split(",") if p.strip()]
+
+
+def excludes(selector: model.Selector, job: workloads.JobSnapshot) -> str:
+    """Why ``selector`` does not cover ``job`` (``does not cover account 'x'``), or "" if it does.
+
+    A job submitted to several partitions is covered only if the selector lists every one of
+    them: wherever it starts, it must start under this policy.
+    """
+    if selector.partitions:
+        parts = partitions_of(job)
+        if not parts or any(p not in selector.partitions for p in parts):
+            return f"does not cover partition {job.partition!r}"
+    for wanted, value, what in (
+        (selector.accounts, job.account, "account"),
+        (selector.users, job.user, "user"),
+        (selector.qos, job.qos, "QOS"),
+        (selector.namespaces, job.namespace, "namespace"),
+    ):
+        if wanted and value not in wanted:
+            return f"does not cover {what} {value!r}"
+    for key, value in sorted(selector.labels.items()):
+        if job.labels.get(key) != value:
+            return f"requires label {key}={value!r}"
+    return ""
+
+
+def _matched(selector: model.Selector, job: workloads.JobSnapshot) -> str:
+    parts = []
+    for wanted, value, what in (
+        (selector.partitions, job.partition, "partition"),
+        (selector.accounts, job.account, "account"),
+        (selector.users, job.user, "user"),
+        (selector.qos, job.qos, "QOS"),
+        (selector.namespaces, job.namespace, "namespace"),
+    ):
+        if wanted:
+            parts.append(f"{what} {value!r}")
+    parts.extend(f"label {key}={value!r}" for key, value in sorted(selector.labels.items()))
+    return ", ".join(parts)
+
+
+def describe(job: workloads.JobSnapshot) -> str:
+    """The routing attributes a job has, for reasons: ``partition 'debug', account 'ml', user 'alice'``."""
+    parts = [
+        f"{what} {value!r}"
+        for what, value in (
+            ("partition", job.partition), ("account", job.account), ("user", job.user), ("QOS", job.qos),
+            ("namespace", job.namespace),
+        )
+        if value
+    ]
+    parts.extend(f"label {key}={value!r}" for key, value in sorted(job.labels.items())[:5])
+    return ", ".join(parts) or "no partition, account, user, QOS, namespace or label"
 
 
 def format_errors(exc: ValidationError, prefix: str) -> str:

@@ -76,7 +76,9 @@ class _Section(BaseModel):
 
 
 class Selector(_Section):
-    """Which workloads the policy covers. A job must also opt in; the selector only narrows."""
+    """Which workloads the policy covers. A job must also opt in. A job that names no policy goes to
+    the most specific policy whose selector covers it (``policy.loader.PolicySet.route``); a job
+    that names this policy is refused if the selector excludes it."""
 
     opt_in_tag: str = Field(
         default="trainguard",
@@ -98,6 +100,45 @@ class Selector(_Section):
         default_factory=list,
         description="Kubernetes namespaces covered; empty means all.",
     )
+    accounts: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list,
+        description="Slurm accounts covered; empty means all.",
+    )
+    users: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list,
+        description="Users (Slurm user names) covered; empty means all.",
+    )
+    qos: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list,
+        description="Slurm QOS names covered; empty means all.",
+    )
+    labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Kubernetes labels a workload must all carry with these values (like matchLabels); "
+        "empty means any.",
+    )
+    priority: int = Field(
+        default=0,
+        ge=-1000,
+        le=1000,
+        description="Breaks a routing tie between policies whose selectors are equally specific: the "
+        "higher priority wins; an equal priority too is ambiguous and covers nothing (recorded).",
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _label_keys(cls, labels: dict[str, str]) -> dict[str, str]:
+        # Checked here, not in the schema: a structural CRD schema cannot constrain map keys.
+        for key in labels:
+            if not 1 <= len(key) <= 317:
+                raise ValueError(f"label key {key[:40]!r} must be 1..317 characters (prefix/name)")
+        return labels
+
+    def dimensions(self) -> int:
+        """Routing specificity: the selector dimensions set (each label key counts as one)."""
+        lists = (self.partitions, self.namespaces, self.accounts, self.users, self.qos)
+        return sum(1 for values in lists if values) + len(self.labels)
 
 
 class Backoff(_Section):
@@ -228,6 +269,13 @@ class Exclusion(_Section):
         description="Drain (Slurm) or cordon (Kubernetes) lemon nodes. Off by default: taking "
         "nodes away from everyone is the operators' call.",
     )
+    undrain_after: Duration | None = Field(
+        default=_duration("1d"),
+        description="Resume a node we drained once this long has passed since the drain (duration), "
+        "if its drain reason is still ours (a node a person drained or re-labelled is never resumed). "
+        "Null: never; our drained nodes stay drained until a person resumes them. A day gives an "
+        "operator a working day to look; a node that fails again is a lemon again and is drained again.",
+    )
 
 
 class Actions(_Section):
@@ -281,6 +329,69 @@ class AttributionService(_Section):
     )
 
 
+class RuleAction(enum.StrEnum):
+    """What a matching rule asks for; the retry budget and ``actions.allowed`` still apply."""
+
+    REQUEUE = "Requeue"
+    """Requeue within the retry budget, without excluding new nodes."""
+    REQUEUE_EXCLUDING = "RequeueExcluding"
+    """Requeue within the retry budget without the verdict's suspect and lemon nodes (capped)."""
+    STOP = "Stop"
+    """Stop the job now (cancel); no retry."""
+    HOLD = "Hold"
+    """Hold the job for a person to look at."""
+    IGNORE = "Ignore"
+    """Record the failure and do nothing."""
+
+
+_SINGULAR_KEYS: Final = {"symptom": "symptoms", "attribution": "attributions", "category": "categories",
+                         "exitCode": "exitCodes", "exit_code": "exitCodes"}
+
+
+class RuleMatch(_Section):
+    """When a rule applies: every condition given must hold; within one list, any value matches.
+
+    An empty match matches every failure (a catch-all, allowed only as the last rule).
+    """
+
+    symptoms: list[vocab.Symptom] = Field(
+        default_factory=list, description="Symptoms (crash, hang, straggler); empty means any."
+    )
+    attributions: list[vocab.Attribution] = Field(
+        default_factory=list, description="Attributions (hardware, system, application, unknown); empty means any."
+    )
+    categories: list[vocab.Category] = Field(
+        default_factory=list, description="Failure categories of the verdict (e.g. gpu_xid_hardware); empty means any."
+    )
+    exit_codes: list[Annotated[int, Field(ge=0, le=255)]] = Field(
+        default_factory=list,
+        description="Exit codes of the job, known once it has ended (like Slurm's RequeueExit); empty means any. "
+        "A rule with exitCodes never matches a job that is still running (e.g. a hang).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plural_names(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for singular, plural in _SINGULAR_KEYS.items():
+                if singular in data:
+                    raise ValueError(f"unknown field {singular!r}: the field is {plural!r}, a list")
+        return data
+
+    def empty(self) -> bool:
+        return not (self.symptoms or self.attributions or self.categories or self.exit_codes)
+
+
+class Rule(_Section):
+    """One failure-handling rule: the first rule whose ``match`` holds decides the action."""
+
+    match: RuleMatch = Field(description="When the rule applies.")
+    action: RuleAction = Field(description="What the failure gets.")
+
+
+MAX_RULES: Final = 64
+
+
 class RecoveryPolicySpec(_Section):
     """The spec of a RecoveryPolicy (also the CRD's spec schema)."""
 
@@ -308,6 +419,25 @@ class RecoveryPolicySpec(_Section):
         description="What an application-attributed failure gets: 'requeue' within the "
         "retry budget (a transient bug or bad node may pass), or 'stop' at once.",
     )
+    rules: list[Rule] = Field(
+        default_factory=list,
+        max_length=MAX_RULES,
+        description="Per-failure rules, first match wins (like JobSet's failurePolicy rules and Slurm's "
+        "RequeueExit): match on symptoms, attributions, categories, exitCodes; action Requeue, "
+        "RequeueExcluding, Stop, Hold or Ignore. No match: the built-in behaviour. A job's own "
+        "doNotRequeueExitCodes still come first.",
+    )
+
+    @field_validator("rules")
+    @classmethod
+    def _reachable(cls, rules: list[Rule]) -> list[Rule]:
+        for index, rule in enumerate(rules[:-1]):
+            if rule.match.empty():
+                raise ValueError(
+                    f"rule {index} matches every failure, so the {len(rules) - index - 1} rule(s) after it "
+                    "can never apply; make it the last rule or give it a match"
+                )
+        return rules
 
 
 class Metadata(BaseModel):
@@ -355,5 +485,9 @@ def crd_openapi_schema() -> dict[str, Any]:
     fields' defaults.
     """
     defaults = RecoveryPolicySpec().model_dump(by_alias=True, mode="json")
-    return openapi.structural_schema(RecoveryPolicySpec, defaults=defaults)
+    schema = openapi.structural_schema(RecoveryPolicySpec, defaults=defaults)
+    # A rule's match must be written out: defaulted to {} by the apiserver, an omitted match would
+    # silently become a catch-all rule.
+    schema["properties"]["rules"]["items"]["properties"]["match"].pop("default", None)
+    return schema
 

@@ -181,8 +181,38 @@ def job_state(text: str | Sequence[str] | None) -> workloads.JobState:
     return workloads.JobState.UNKNOWN
 
 
+def _user_name(value: str | None) -> str:
+    """``UserId=alice(1000)`` -> ``alice``; a bare uid stays as printed."""
+    text = _null(value)
+    name, _, _ = text.partition("(")
+    return name.strip()
+
+
+def _text(value: Any) -> str:
+    """A JSON string field (the same plain string from v0.0.38 to v0.0.44); anything else is empty."""
+    return _null(value).strip() if isinstance(value, str) else ""
+
+
+HOLD_REASONS = ("JobHeldUser", "JobHeldAdmin")
+REQUEUE_HOLD_DETAIL = "job requeued in held state"
+"""Slurm's description of a hold placed by ``scontrol requeuehold`` (with reason ``JobHeldUser``,
+checked on 22.05). A person's ``scontrol hold`` on top turns the reason into ``JobHeldAdmin``;
+a release clears the description."""
+
+
 def _held(priority: int | None, reason: str) -> bool:
-    return priority == 0 or reason in ("JobHeldUser", "JobHeldAdmin")
+    return priority == 0 or reason in HOLD_REASONS
+
+
+def _hold_of_text(held: bool, printed: str) -> tuple[str, str]:
+    """(reason code, description) of a hold from ``scontrol -o show job``'s ``Reason=``, which is
+    the description (blanks as ``_``) when there is one, else the code: so after a requeuehold
+    the code is not shown and stays "" (``slurm_local`` reads it from ``squeue --json``)."""
+    if not held:
+        return "", ""
+    if printed in HOLD_REASONS:
+        return printed, ""
+    return "", printed.replace("_", " ")
 
 
 def job_from_scontrol(fields: Mapping[str, str], cluster: str) -> workloads.JobSnapshot:
@@ -193,6 +223,8 @@ def job_from_scontrol(fields: Mapping[str, str], cluster: str) -> workloads.JobS
     reason = _null(fields.get("Reason"))
     priority = _int_or_none(fields.get("Priority"))
     state = job_state(fields.get("JobState"))
+    held = _held(priority, reason)
+    hold_reason, hold_detail = _hold_of_text(held, reason)
     return workloads.JobSnapshot(
         workload=workload_id(cluster, job_id),
         job_id=job_id,
@@ -207,9 +239,14 @@ def job_from_scontrol(fields: Mapping[str, str], cluster: str) -> workloads.JobS
         excluded_nodes=expand_hostlist(fields.get("ExcNodeList")),
         comment=_null(fields.get("Comment")),
         partition=_null(fields.get("Partition")),
+        account=_null(fields.get("Account")),
+        user=_user_name(fields.get("UserId")),
+        qos=_null(fields.get("QOS")),
         stdout_path=_null(fields.get("StdOut")) or None,
         stderr_path=_null(fields.get("StdErr")) or None,
-        held=_held(priority, reason),
+        held=held,
+        hold_reason=hold_reason,
+        hold_detail=hold_detail,
         requeue_allowed=fields.get("Requeue", "1") != "0",
         array_job_id=array_job or None,
         array_task_id=array_task if array_task.isdigit() else None,
@@ -319,6 +356,7 @@ def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSna
     stderr = _null(rec.get("standard_error")) or stdout
     started = _num(rec.get("start_time"))
     ended = _num(rec.get("end_time"))
+    held = _held(priority, reason) or rec.get("hold") is True
     return workloads.JobSnapshot(
         workload=workload_id(cluster or _null(rec.get("cluster")), job_id),
         job_id=job_id,
@@ -333,9 +371,15 @@ def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSna
         excluded_nodes=expand_hostlist(_str_list(rec.get("excluded_nodes"))),
         comment=_null(rec.get("comment")) if isinstance(rec.get("comment"), str) else "",
         partition=_null(rec.get("partition")),
+        account=_text(rec.get("account")),
+        user=_text(rec.get("user_name")),
+        qos=_text(rec.get("qos")),
         stdout_path=expand_output_path(stdout, **fmt) if stdout else None,
         stderr_path=expand_output_path(stderr, **fmt) if stderr else None,
-        held=_held(priority, reason),
+        held=held,
+        hold_reason=reason if held else "",
+        hold_detail=_null(rec.get("state_description")) if held and isinstance(rec.get("state_description"), str)
+        else "",
         requeue_allowed=bool(rec.get("requeue", True)),
         array_job_id=str(array_job) if array_job else None,
         array_task_id=str(array_task) if array_job and array_task is not None else None,
@@ -350,6 +394,10 @@ def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSna
 
 def argv_list_jobs() -> list[str]:
     return ["squeue", "--json"]
+
+
+def argv_squeue_job(job_id: str) -> list[str]:
+    return ["squeue", "--json", "--jobs", validate_job_id(job_id)]
 
 
 def argv_show_job(job_id: str) -> list[str]:

@@ -114,12 +114,30 @@ class SlurmCommandScheduler:
             ]
         for snap in snaps:
             if snap.job_id == job_id:
-                return snap
+                return await self._with_hold_reason(snap)
         if len(snaps) == 1:
-            return snaps[0]
+            return await self._with_hold_reason(snaps[0])
         if not snaps:
             raise base.JobGone(f"{self.name}: job {job_id} not found")
         raise base.SchedulerError(f"{self.name}: {job_id} names {len(snaps)} array tasks; use 123_4 ids")
+
+    async def _with_hold_reason(self, snap: workloads.JobSnapshot) -> workloads.JobSnapshot:
+        """Fill in the hold's reason code where ``scontrol -o`` printed only its description.
+
+        After ``scontrol requeuehold`` the text shows ``Reason=job_requeued_in_held_state`` both
+        for our hold and for a person's ``scontrol hold`` on top of it (only the code, which the
+        text hides, turns into ``JobHeldAdmin``); ``squeue --json`` has both. Whether a hold is
+        still ours depends on it, so a failed read is an error, not a guess.
+        """
+        if not snap.held or snap.hold_reason:
+            return snap
+        data = self._json(await self._call(slurm_cli.argv_squeue_job(snap.job_id)))
+        for rec in data.get("jobs") or []:
+            fresh = slurm_cli.job_from_json(rec) if isinstance(rec, dict) else None
+            if fresh is not None and fresh.job_id == snap.job_id:
+                return snap.model_copy(update={"held": fresh.held, "hold_reason": fresh.hold_reason,
+                                               "hold_detail": fresh.hold_detail or snap.hold_detail})
+        raise base.SchedulerError(f"{self.name}: squeue does not show held job {snap.job_id}")
 
     async def list_nodes(self) -> list[workloads.NodeSnapshot]:
         res = await self._call(slurm_cli.argv_show_nodes())

@@ -411,9 +411,12 @@ class AuditStore:
 
     async def finish_action(
         self, *, workload: str, attempt: int, generation: int, step: str, status: actions.ActionStatus,
-        at: float, error: str = "",
+        at: float, error: str = "", result: dict[str, Any] | None = None,
     ) -> actions.ActionRecord:
-        """Record a step's result. A row that already has a result keeps it (first result wins)."""
+        """Record a step's result. A row that already has a result keeps it (first result wins).
+
+        ``result`` is merged into the row's arguments (e.g. how a hold we placed looks, which a
+        later release compares against)."""
 
         async def work(session: AsyncSession) -> actions.ActionRecord:
             query = self._action_query(workload, attempt, generation).where(tables.ActionRow.step == step)
@@ -423,6 +426,8 @@ class AuditStore:
             if row.status != actions.ActionStatus.INTENT.value:
                 return _action_record(row)
             row.status, row.error, row.updated_at = status.value, error, to_datetime(at)
+            if result:
+                row.args = {**row.args, **result}
             advice_row = await session.get(tables.AdviceRow, row.advice_id)
             self._log_action(session, row, at, advice_row.action if advice_row is not None else "")
             await session.flush()
@@ -491,8 +496,10 @@ class AuditStore:
             )
             session.add(row)
             advice_row.disposition, advice_row.updated_at = outcome.disposition.value, to_datetime(outcome.at)
-            payload = {"disposition": outcome.disposition.value, "detail": outcome.detail,
-                       "generation": outcome.generation, "action": advice_row.action}
+            payload: dict[str, Any] = {"disposition": outcome.disposition.value, "detail": outcome.detail,
+                                       "generation": outcome.generation, "action": advice_row.action}
+            if outcome.limits is not None:
+                payload["blast_radius"] = outcome.limits
             self._log(session, at=outcome.at, workload=outcome.workload, attempt=outcome.attempt,
                       kind=vocab.AuditKind.OUTCOME, payload=payload, decided_by=outcome.decided_by.value)
             await session.flush()

@@ -1,1 +1,1 @@
-"""Adversarial scenarios on the real local Slurm cluster: what real clusters and real users do."""
+"""Adversarial scenarios on the real components: what real clusters do that the happy path assumes away."""

@@ -27,7 +27,8 @@ def running(cluster: slurm.SlurmCluster, job_id: str, nodes: int = 1) -> dict[st
 
 
 async def test_list_and_read(scheduler: base.Scheduler, slurm_cluster: slurm.SlurmCluster) -> None:
-    mine = slurm_cluster.submit(LOOP, OPT_IN, "--nodes=2", "--output=%x-%j.out", "--job-name=tg-read")
+    mine = slurm_cluster.submit(LOOP, OPT_IN, "--nodes=2", "--output=%x-%j.out", "--job-name=tg-read",
+                                "--account=tg-routing")
     other = slurm_cluster.submit(LOOP, "--comment=not trainguard")
     try:
         running(slurm_cluster, mine, 2)
@@ -38,6 +39,9 @@ async def test_list_and_read(scheduler: base.Scheduler, slurm_cluster: slurm.Slu
         assert job.comment == "trainguard policy=test" and job.partition == "debug" and job.requeue_allowed
         assert job.stdout_path == str(slurm_cluster.jobs_dir / f"tg-read-{mine}.out")
         assert listed[mine].stdout_path == job.stdout_path and listed[mine].nodes == job.nodes
+        # what policies route on (no accounting database here: any account is accepted, QOS stays unset)
+        assert (job.account, listed[mine].account) == ("tg-routing", "tg-routing")
+        assert job.user and listed[mine].user == job.user and (job.qos, listed[mine].qos) == ("", "")
         with pytest.raises(base.JobGone):
             await scheduler.get_job("99999999")
     finally:
@@ -133,3 +137,25 @@ async def test_job_array_tasks_are_jobs(scheduler: base.Scheduler, slurm_cluster
         assert (await scheduler.get_job(f"{array}_2")).state is workloads.JobState.RUNNING
     finally:
         slurm_cluster.cancel(array)
+
+
+async def test_hold_reason_tells_our_requeue_hold_from_a_person_hold(
+    scheduler: base.Scheduler, slurm_cluster: slurm.SlurmCluster,
+) -> None:
+    """What the watchdog compares before a release: the hold's reason code and description."""
+    job_id = slurm_cluster.submit(LOOP, OPT_IN, "--requeue")
+    try:
+        running(slurm_cluster, job_id)
+        await scheduler.requeue_hold(job_id)
+        ours = await scheduler.get_job(job_id)
+        assert (ours.held, ours.hold_reason, ours.hold_detail) == (True, "JobHeldUser", "job requeued in held state")
+        slurm_cluster.scontrol("hold", job_id)  # a person, on top of our hold
+        theirs = await scheduler.get_job(job_id)
+        assert (theirs.held, theirs.hold_reason, theirs.hold_detail) == (
+            True, "JobHeldAdmin", "job requeued in held state")
+        slurm_cluster.scontrol("release", job_id)
+        slurm_cluster.scontrol("hold", job_id)  # released and held again: the description is gone
+        again = await scheduler.get_job(job_id)
+        assert (again.held, again.hold_reason, again.hold_detail) == (True, "JobHeldAdmin", "")
+    finally:
+        slurm_cluster.cancel(job_id)

@@ -6,7 +6,7 @@ import pytest
 
 from tests.support import fake_scheduler
 from trainguard.act import executor, watchdog
-from trainguard.model import actions, clock, vocab, workloads
+from trainguard.model import actions, clock, limits, vocab, workloads
 from trainguard.schedulers import base
 from trainguard.store import audit
 
@@ -214,10 +214,7 @@ async def test_reconcile_twice_acts_once(make_executor, scheduler, advise):
 
 
 async def test_blast_radius_block_is_recorded_and_nothing_is_done(scheduler, store, manual_clock, advise):
-    async def limit(_: object) -> str | None:
-        return "20 actions in the last hour (max 20)"
-
-    disposition = await executor.Executor(scheduler, store, manual_clock, blast_limit=limit).reconcile(
+    disposition = await executor.Executor(scheduler, store, manual_clock, blast_limit=_blocking).reconcile(
         advise(REQUEUE))
 
     assert disposition is vocab.Disposition.ABANDONED
@@ -225,6 +222,40 @@ async def test_blast_radius_block_is_recorded_and_nothing_is_done(scheduler, sto
     recorded = await rows(store)
     assert recorded["requeue"].status is actions.ActionStatus.SKIPPED
     assert recorded["requeue"].error == "blocked: 20 actions in the last hour (max 20)"
+    [outcome] = await store.audit_records(workload=WORKLOAD, kind=vocab.AuditKind.OUTCOME)
+    assert outcome.payload["blast_radius"]["would_block"] is True
+    assert outcome.payload["blast_radius"]["checks"][0]["in_window"] == 20
+
+
+async def _blocking(_: object) -> limits.LimitReport:
+    reason = "20 actions in the last hour (max 20)"
+    return limits.LimitReport(checks=[limits.LimitCheck(limit=limits.ACTIONS_PER_HOUR, maximum=20, planned=1,
+                                                        in_window=20, would_block=True, reason=reason)])
+
+
+async def test_monitor_mode_evaluates_the_limits_and_records_the_would_block(scheduler, store, manual_clock, advise):
+    disposition = await executor.Executor(scheduler, store, manual_clock, blast_limit=_blocking).reconcile(
+        advise(REQUEUE, mode=vocab.Mode.MONITOR))
+
+    assert disposition is vocab.Disposition.MONITORED
+    assert scheduler.mutating_calls() == []
+    recorded = await rows(store)
+    assert recorded["requeue"].error == (
+        f"{executor.MONITOR_SKIP}; would be blocked: 20 actions in the last hour (max 20)")
+    [outcome] = await store.audit_records(workload=WORKLOAD, kind=vocab.AuditKind.OUTCOME)
+    assert outcome.payload["blast_radius"]["would_block"] is True
+    assert "Action mode would be blocked" in outcome.payload["detail"]
+
+
+async def test_monitor_mode_records_even_when_the_limits_cannot_be_evaluated(scheduler, store, manual_clock, advise):
+    async def broken(_: object) -> limits.LimitReport:
+        raise RuntimeError("scheduler unreachable")
+
+    disposition = await executor.Executor(scheduler, store, manual_clock, blast_limit=broken).reconcile(
+        advise(REQUEUE, mode=vocab.Mode.MONITOR))
+
+    assert disposition is vocab.Disposition.MONITORED
+    assert (await rows(store))["requeue"].error == executor.MONITOR_SKIP
 
 
 async def test_unknown_job_id_is_abandoned(scheduler, store, manual_clock, advise):

@@ -1,11 +1,15 @@
-"""Blast-radius breaker: actions per rolling hour and share of the partition we drained."""
+"""Blast-radius breaker: actions per rolling hour, and the share of each partition we drained."""
 
 from __future__ import annotations
 
-from trainguard.model import advice, vocab
+from trainguard.model import advice, limits, vocab, workloads
 from trainguard.policy import blast_radius, model
 
 NOW = 1_700_000_000.0
+DEBUG = [workloads.NodeSnapshot(name=f"n{i}", state="IDLE", partitions=["debug"]) for i in range(8)]
+SMALL = [workloads.NodeSnapshot(name=f"s{i}", state="IDLE", partitions=["debug", "small"]) for i in range(2)]
+NODES = DEBUG + SMALL
+"""Ten nodes in ``debug``; two of them (s0, s1) also form the partition ``small``."""
 
 
 def _advice(action: vocab.AdviceAction = vocab.AdviceAction.REQUEUE, drain: list[str] | None = None) -> advice.Advice:
@@ -18,74 +22,75 @@ def _spec(per_hour: int = 20, share: float = 0.1) -> model.RecoveryPolicySpec:
     )
 
 
+def _evaluate(spec: model.RecoveryPolicySpec, item: advice.Advice, *, recent: list[tuple[float, str]] | None = None,
+              nodes: list[workloads.NodeSnapshot] | None = None, ours: tuple[str, ...] = ()) -> limits.LimitReport:
+    return blast_radius.evaluate(spec, advice=item, recent_actions=recent or [],
+                                 nodes=NODES if nodes is None else nodes, drained_by_us=ours, now=NOW, counted="test")
+
+
 def test_nothing_to_do_is_never_blocked() -> None:
-    assert (
-        blast_radius.check(
-            _spec(per_hour=0),
-            advice=_advice(vocab.AdviceAction.NONE),
-            recent_actions=[],
-            partition_nodes=0,
-            drained_by_us=0,
-            now=NOW,
-        )
-        is None
-    )
+    report = _evaluate(_spec(per_hour=0), _advice(vocab.AdviceAction.NONE), nodes=[])
+    assert report.reason is None and report.checks == [] and not report.would_block
 
 
-def test_actions_per_hour_counts_only_the_last_hour() -> None:
+def test_actions_per_hour_counts_only_the_last_hour_and_reports_its_figures() -> None:
     recent = [(NOW - 3600.0, "requeue"), (NOW - 3599.0, "requeue"), (NOW - 10, "stop")]
-    allowed = blast_radius.check(
-        _spec(per_hour=3), advice=_advice(), recent_actions=recent, partition_nodes=10, drained_by_us=0, now=NOW
-    )
-    assert allowed is None
-    blocked = blast_radius.check(
-        _spec(per_hour=2), advice=_advice(), recent_actions=recent, partition_nodes=10, drained_by_us=0, now=NOW
-    )
-    assert blocked == "blast radius: 2 operations in the last hour + 1 planned > maxActionsPerHour 2"
+    allowed = _evaluate(_spec(per_hour=3), _advice(), recent=recent)
+    assert allowed.reason is None
+    [check] = allowed.checks
+    assert (check.limit, check.maximum, check.in_window, check.planned, check.would_block) == (
+        "maxActionsPerHour", 3, 2, 1, False)
+
+    blocked = _evaluate(_spec(per_hour=2), _advice(), recent=recent)
+    assert blocked.reason == "blast radius: 2 operations in the last hour + 1 planned > maxActionsPerHour 2"
+    assert blocked.payload() == {
+        "would_block": True, "reason": blocked.reason, "counted": "test",
+        "checks": [{"limit": "maxActionsPerHour", "maximum": 2.0, "planned": 1, "in_window": 2, "would_block": True,
+                    "reason": blocked.reason}],
+    }
 
 
 def test_future_entries_are_ignored() -> None:
-    reason = blast_radius.check(
-        _spec(per_hour=1),
-        advice=_advice(),
-        recent_actions=[(NOW + 5, "requeue")],
-        partition_nodes=10,
-        drained_by_us=0,
-        now=NOW,
-    )
-    assert reason is None
+    assert _evaluate(_spec(per_hour=1), _advice(), recent=[(NOW + 5, "requeue")]).reason is None
 
 
 def test_zero_per_hour_blocks_everything() -> None:
-    reason = blast_radius.check(
-        _spec(per_hour=0),
-        advice=_advice(vocab.AdviceAction.STOP),
-        recent_actions=[],
-        partition_nodes=10,
-        drained_by_us=0,
-        now=NOW,
-    )
+    reason = _evaluate(_spec(per_hour=0), _advice(vocab.AdviceAction.STOP)).reason
     assert reason is not None and "maxActionsPerHour 0" in reason
 
 
 def test_drains_count_as_operations_and_against_the_share() -> None:
     assert blast_radius.planned_operations(_advice(drain=["n1", "n2"])) == 3
-    ok = blast_radius.check(
-        _spec(share=0.2), advice=_advice(drain=["n1"]), recent_actions=[], partition_nodes=10, drained_by_us=1, now=NOW
-    )
-    assert ok is None
-    too_many = blast_radius.check(
-        _spec(share=0.2), advice=_advice(drain=["n1"]), recent_actions=[], partition_nodes=10, drained_by_us=2, now=NOW
-    )
-    assert too_many is not None and "3 of 10 nodes (30%)" in too_many and "maxDrainedShare 20%" in too_many
+    assert _evaluate(_spec(share=0.2), _advice(drain=["n1"]), ours=("n2",)).reason is None
+    too_many = _evaluate(_spec(share=0.2), _advice(drain=["n1"]), ours=("n2", "n3")).reason
+    assert too_many is not None
+    assert "3 of 10 nodes of partition debug (30%)" in too_many and "maxDrainedShare 20%" in too_many
 
 
-def test_unknown_partition_size_blocks_drains_only() -> None:
-    reason = blast_radius.check(
-        _spec(), advice=_advice(drain=["n1"]), recent_actions=[], partition_nodes=0, drained_by_us=0, now=NOW
-    )
-    assert reason == "blast radius: partition size unknown, no node may be drained"
-    assert (
-        blast_radius.check(_spec(), advice=_advice(), recent_actions=[], partition_nodes=0, drained_by_us=0, now=NOW)
-        is None
-    )
+def test_the_drained_share_is_per_partition_of_the_node() -> None:
+    """s1 is 1 of 10 nodes of ``debug`` (10 %) but 1 of 2 of ``small`` (50 %): ``small`` decides."""
+    report = _evaluate(_spec(share=0.3), _advice(drain=["s1"]))
+    by_partition = {c.partition: c for c in report.checks if c.limit == limits.DRAINED_SHARE}
+    assert set(by_partition) == {"debug", "small"}
+    debug, small = by_partition["debug"], by_partition["small"]
+    assert (debug.partition_nodes, debug.drained_by_us, debug.planned, debug.share, debug.would_block) == (
+        10, 0, 1, 0.1, False)
+    assert (small.partition_nodes, small.drained_by_us, small.planned, small.share, small.would_block) == (
+        2, 0, 1, 0.5, True)
+    assert report.reason == (
+        "blast radius: draining s1 would put 1 of 2 nodes of partition small (50%) in our drain > maxDrainedShare 30%")
+    # a node of debug only is judged against debug alone
+    assert _evaluate(_spec(share=0.3), _advice(drain=["n1"]), ours=("s0",)).reason is None
+
+
+def test_our_drains_elsewhere_do_not_count_and_a_node_already_ours_is_not_counted_twice() -> None:
+    report = _evaluate(_spec(share=0.5), _advice(drain=["s1"]), ours=("n1", "n2", "s1"))
+    small = next(c for c in report.checks if c.partition == "small")
+    assert (small.drained_by_us, small.planned, small.share) == (1, 0, 0.5)
+    assert report.reason is None
+
+
+def test_a_node_of_no_known_partition_blocks_drains_only() -> None:
+    report = _evaluate(_spec(), _advice(drain=["elsewhere"]))
+    assert report.reason == "blast radius: partition of elsewhere unknown, no node may be drained"
+    assert _evaluate(_spec(), _advice(), nodes=[]).reason is None

@@ -64,7 +64,7 @@ def test_squeue_json_matches_scontrol() -> None:
     }
     assert set(from_json) == set(from_text)
     fields = ("workload", "state", "reason", "exit_code", "exit_signal", "attempt", "nodes", "excluded_nodes",
-              "comment", "held", "array_job_id", "array_task_id", "stdout_path", "partition")
+              "comment", "held", "array_job_id", "array_task_id", "stdout_path", "partition", "account", "user", "qos")
     for job_id, snap in from_json.items():
         for name in fields:
             assert getattr(snap, name) == getattr(from_text[job_id], name), (job_id, name)
@@ -90,7 +90,7 @@ def test_v0042_json_shapes() -> None:
         "restart_cnt": 2, "nodes": "", "excluded_nodes": "gpu[01-02]", "comment": "trainguard",
         "standard_output": "/out/%x-%A_%a.log", "standard_error": "", "batch_host": "",
         "submit_time": num(1_700_000_000), "start_time": num(0), "end_time": num(0), "requeue": True,
-        "cluster": "big",
+        "cluster": "big", "account": "ml", "qos": "high", "partition": "gpu",
     }
     snap = slurm_cli.job_from_json(rec)
     assert snap is not None
@@ -99,6 +99,38 @@ def test_v0042_json_shapes() -> None:
     assert (snap.exit_code, snap.exit_signal) == (0, 9)
     assert snap.excluded_nodes == ["gpu01", "gpu02"]
     assert snap.stdout_path == snap.stderr_path == "/out/train-50_7.log"
+    assert (snap.user, snap.account, snap.qos, snap.partition) == ("alice", "ml", "high", "gpu")
+
+
+SCONTROL_ACCOUNT_LINE = (
+    "JobId=3 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901757 Nice=0 Account=ml-team "
+    "QOS=(null) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 "
+    "ExitCode=0:0 RunTime=00:00:00 TimeLimit=365-00:00:00 TimeMin=N/A SubmitTime=2026-12-01T13:30:55 "
+    "Partition=debug NodeList=node1 BatchHost=node1 NumNodes=1 NumCPUs=1 NumTasks=1 Comment=trainguard policy=x  "
+    "StdErr=/work/x/slurm-3.out StdIn=/dev/null StdOut=/work/x/slurm-3.out Power= "
+)
+"""A 22.05 ``scontrol -o show job`` line of a job submitted with ``--account=ml-team`` (captured on the
+local cluster, which has no accounting database: QOS stays ``(null)``), shortened."""
+
+
+def test_routing_attributes_from_scontrol() -> None:
+    snap = slurm_cli.job_from_scontrol(slurm_cli.parse_kv_line(SCONTROL_ACCOUNT_LINE), "c")
+    assert (snap.partition, snap.account, snap.user, snap.qos) == ("debug", "ml-team", "root", "")
+    assert snap.comment == "trainguard policy=x"
+    other = SCONTROL_ACCOUNT_LINE.replace("UserId=root(0)", "UserId=alice(1000)").replace("QOS=(null)", "QOS=high")
+    snap = slurm_cli.job_from_scontrol(slurm_cli.parse_kv_line(other), "c")
+    assert (snap.user, snap.qos) == ("alice", "high")
+    bare = slurm_cli.job_from_scontrol(slurm_cli.parse_kv_line("JobId=4 JobState=PENDING Account=(null)"), "c")
+    assert (bare.account, bare.user, bare.qos) == ("", "", "")
+
+
+def test_routing_attributes_from_json_of_every_version() -> None:
+    """v0.0.38 (22.05) to v0.0.42 (24.11) print account, user_name and qos as plain strings."""
+    data = json.loads((DATA / "squeue-22.05.json").read_text())
+    snaps = [s for r in data["jobs"] if (s := slurm_cli.job_from_json(r))]
+    assert {(s.user, s.account, s.qos) for s in snaps} == {("root", "", "")}
+    odd = slurm_cli.job_from_json({"job_id": 5, "job_state": "RUNNING", "account": None, "qos": {"x": 1}})
+    assert odd is not None and (odd.account, odd.user, odd.qos) == ("", "", "")
 
 
 def test_unsplit_pending_array_record_is_skipped() -> None:

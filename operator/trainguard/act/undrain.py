@@ -1,0 +1,164 @@
+"""Resuming the nodes we drained: our own drains end by a rule of time, never a person's drain.
+
+Place in the loop: run by the engine's sweep (``engine.Engine.sweep``) after the watchdog. The
+rule (docs/policy.md "Resuming drained nodes"): a node is resumed once ``exclusion.undrainAfter``
+of the policy under which we drained it has passed since our drain completed, if
+
+- our audit store holds that drain (a ``drain_node`` action row with status done) and the
+  advice generation that drained it is closed (the executor is done with it);
+- a fresh read of the node, right before the resume, shows it still drained with a reason that
+  starts with our tag (``trainguard:``); the adapter checks the tag once more itself. A node a
+  person resumed, drained again or re-labelled is left alone, and that is recorded once;
+- the policy still exists and is in Action mode with the cluster-wide switch on. In Monitor
+  mode the resume is recorded as would-resume (status skipped) and nothing is changed.
+
+Time, not health, is the rule: Trainguard sees a node's health only through the failures of
+jobs that run on it, and a drained node runs none. A node that fails again after its resume is
+a lemon again (lemon memory keeps its incidents for ``lemonNodeWindow``) and is drained again.
+
+Every resume is an action row (``resume_node:<node>``) under the advice generation that drained
+the node: the intent is committed before the scheduler is touched, and the unique key makes it
+happen at most once per drain, across restarts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from trainguard.act import ports
+from trainguard.model import actions, clock, vocab
+
+logger = logging.getLogger(__name__)
+
+RESUME_STEP = "resume_node:"
+"""Step prefix of our resume of one node (``resume_node:node3``)."""
+WOULD_RESUME_STEP = "would_resume_node:"
+"""Step prefix of the record of a resume that Monitor mode did not carry out."""
+OUR_PREFIX = "trainguard:"
+"""The tag every drain reason of ours starts with (``schedulers.base.OUR_REASON_PREFIX``; act may not
+import schedulers)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UndrainRule:
+    """What the policy that drained a node says about resuming it."""
+
+    after_s: float | None
+    """``exclusion.undrainAfter`` in seconds; None: never resumed automatically."""
+    mode: vocab.Mode
+    """The effective mode (Monitor when the cluster-wide switch is off)."""
+
+
+RuleOf = Callable[[str], UndrainRule | None]
+"""Policy name -> its undrain rule; None when no such policy exists any more (nothing is resumed)."""
+
+_Key = tuple[str, int, int]
+
+
+class Undrainer:
+    """Resumes our drained nodes once their policy's time has passed; one per engine."""
+
+    def __init__(self, scheduler: ports.NodeScheduler, ledger: ports.Ledger, clock_: clock.Clock,
+                 rule_of: RuleOf) -> None:
+        self._scheduler = scheduler
+        self._ledger = ledger
+        self._clock = clock_
+        self._rule_of = rule_of
+        self._policy_of: dict[_Key, str] = {}
+        """Advice key -> its policy name (advice rows never change)."""
+
+    async def sweep(self) -> list[actions.ActionRecord]:
+        """One pass: the resume (or would-resume, or left-alone) rows written in it."""
+        drains = await self._ledger.actions_by_operation([actions.Operation.DRAIN_NODE])
+        latest: dict[str, actions.ActionRecord] = {}
+        for drain in drains:  # oldest first: a node drained twice waits for the later drain
+            if drain.status is actions.ActionStatus.DONE and drain.args.get("node"):
+                latest[str(drain.args["node"])] = drain
+        if not latest:
+            return []
+        done: dict[tuple[str, int, int, str], actions.ActionRecord] = {
+            (r.workload, r.attempt, r.generation, r.step): r
+            for r in await self._ledger.actions_by_operation([actions.Operation.RESUME_NODE])
+        }
+        written: list[actions.ActionRecord] = []
+        for node, drain in sorted(latest.items()):
+            row = await self._consider(node, drain, done)
+            if row is not None:
+                written.append(row)
+        return written
+
+    async def _consider(
+        self, node: str, drain: actions.ActionRecord, done: dict[tuple[str, int, int, str], actions.ActionRecord],
+    ) -> actions.ActionRecord | None:
+        key = (drain.workload, drain.attempt, drain.generation)
+        resumed = done.get((*key, RESUME_STEP + node))
+        if resumed is not None and resumed.status is not actions.ActionStatus.INTENT:
+            return None  # settled: resumed, failed once, or left alone (recorded)
+        rule = await self._rule(key)
+        if rule is None or rule.after_s is None:
+            return None
+        now = self._clock.now()
+        if now < drain.updated_at + rule.after_s:
+            return None
+        if await self._ledger.get_outcome(*key) is None:
+            return None  # the executor still works on the generation that drained it
+        if rule.mode is not vocab.Mode.ACTION:
+            if (*key, WOULD_RESUME_STEP + node) in done:
+                return None
+            note = f"Monitor mode: would resume {node}, drained by us {now - drain.updated_at:.0f} s ago (undrainAfter)"
+            return await self._record(drain, WOULD_RESUME_STEP + node, actions.ActionStatus.SKIPPED, rule=rule,
+                                      node=node, note=note)
+        why_not = await self._not_ours(node)
+        if why_not and resumed is not None:  # our intent from before a restart: settle it by what the node shows
+            return await self._finish(resumed, actions.ActionStatus.SKIPPED, why_not)
+        if why_not:
+            return await self._record(drain, RESUME_STEP + node, actions.ActionStatus.SKIPPED, rule=rule, node=node,
+                                      note=why_not)
+        row = resumed or await self._record(drain, RESUME_STEP + node, actions.ActionStatus.INTENT, rule=rule,
+                                            node=node, note="")
+        try:
+            await self._scheduler.resume_node(node)
+        except Exception as exc:  # any failure is recorded on the row; the other nodes are still swept
+            logger.warning("resume of %s (drained by %s) failed: %s", node, drain.workload, exc)
+            return await self._finish(row, actions.ActionStatus.FAILED, str(exc)[:1000])
+        logger.info("resumed %s: drained by us for %s %.0f s ago (undrainAfter %.0f s)", node, drain.workload,
+                    now - drain.updated_at, rule.after_s)
+        return await self._finish(row, actions.ActionStatus.DONE, "")
+
+    async def _rule(self, key: _Key) -> UndrainRule | None:
+        if key not in self._policy_of:
+            item = await self._ledger.get_advice(*key)
+            if item is None:
+                return None
+            self._policy_of[key] = item.policy
+        return self._rule_of(self._policy_of[key])
+
+    async def _not_ours(self, node: str) -> str:
+        """Why the node must be left alone, from a fresh read; "" when it is still our drain."""
+        snapshot = next((n for n in await self._scheduler.list_nodes() if n.name == node), None)
+        if snapshot is None:
+            return f"left alone: {self._scheduler.name} no longer knows {node}"
+        if not snapshot.drained:
+            return f"left alone: {node} is no longer drained (resumed by someone else)"
+        if not snapshot.reason.startswith(OUR_PREFIX):
+            return f"left alone: {node}'s drain reason is no longer ours ({snapshot.reason[:200]!r})"
+        return ""
+
+    async def _record(self, drain: actions.ActionRecord, step: str, status: actions.ActionStatus, *,
+                      rule: UndrainRule, node: str, note: str) -> actions.ActionRecord:
+        if note and status is not actions.ActionStatus.INTENT:
+            logger.info("%s", note)
+        return await self._ledger.begin_action(actions.ActionRecord(
+            workload=drain.workload, attempt=drain.attempt, generation=drain.generation, step=step,
+            operation=actions.Operation.RESUME_NODE, status=status, error=note,
+            args={"node": node, "drained_at": drain.updated_at, "undrain_after_s": rule.after_s},
+        ), at=self._clock.now())
+
+    async def _finish(self, row: actions.ActionRecord, status: actions.ActionStatus, error: str
+                      ) -> actions.ActionRecord:
+        return await self._ledger.finish_action(
+            workload=row.workload, attempt=row.attempt, generation=row.generation, step=row.step, status=status,
+            at=self._clock.now(), error=error,
+        )

@@ -1,0 +1,193 @@
+"""act.undrain: a node we drained is resumed once the policy's undrainAfter has passed; a node a
+person drained, re-labelled or resumed is never touched; Monitor mode records would-resume only.
+
+The drain itself is a real one of the executor (an advice with ``drain_nodes``) into the real
+SQLite audit store, so the undrainer reads exactly the rows production writes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import fake_scheduler
+from tests.unit.act.conftest import AdviceFactory
+from trainguard.act import executor, undrain
+from trainguard.model import actions, clock, vocab
+from trainguard.store import audit
+
+HOUR = 3600.0
+ACTING = undrain.UndrainRule(after_s=HOUR, mode=vocab.Mode.ACTION)
+
+
+async def _drain(make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+                 manual_clock: clock.ManualClock, node: str = "node2") -> None:
+    item = advise(vocab.AdviceAction.STOP, drain_nodes=[node])
+    await store.record_advice(item, at=manual_clock.now())
+    assert await make_executor.reconcile(item) is vocab.Disposition.CONVERGED
+
+
+def _undrainer(scheduler: fake_scheduler.FakeScheduler, store: audit.AuditStore, manual_clock: clock.ManualClock,
+               rules: dict[str, undrain.UndrainRule]) -> undrain.Undrainer:
+    return undrain.Undrainer(scheduler, store, manual_clock, rules.get)
+
+
+def _resumes(scheduler: fake_scheduler.FakeScheduler) -> list[str]:
+    return [m["target"] for m in scheduler.mutations if m["operation"] == "resume_node"]
+
+
+async def _resume_rows(store: audit.AuditStore) -> list[actions.ActionRecord]:
+    return await store.actions_by_operation([actions.Operation.RESUME_NODE])
+
+
+async def test_our_drain_is_resumed_once_undrain_after_has_passed(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    assert scheduler.nodes["node2"].drained
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": ACTING})
+
+    manual_clock.advance(HOUR - 1)
+    assert await sweeper.sweep() == []
+    assert _resumes(scheduler) == []
+
+    manual_clock.advance(2)
+    [row] = await sweeper.sweep()
+    assert (row.step, row.status, row.operation) == ("resume_node:node2", actions.ActionStatus.DONE,
+                                                     actions.Operation.RESUME_NODE)
+    assert row.args["node"] == "node2" and row.args["undrain_after_s"] == HOUR
+    assert _resumes(scheduler) == ["node2"] and not scheduler.nodes["node2"].drained
+    # recorded in the audit stream as our action, under the advice that drained the node
+    records = [r for r in await store.audit_records(kind=vocab.AuditKind.ACTION)
+               if r.payload["operation"] == "resume_node"]
+    assert [r.payload["status"] for r in records] == ["intent", "done"]
+
+    manual_clock.advance(HOUR)
+    assert await sweeper.sweep() == []  # once per drain
+    assert _resumes(scheduler) == ["node2"]
+
+
+async def test_a_node_a_person_drained_is_never_resumed(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    scheduler.nodes["node3"] = scheduler.nodes["node3"].model_copy(
+        update={"drained": True, "state": "DRAIN", "reason": "maintenance"})
+    await _drain(make_executor, store, advise, manual_clock, node="node2")
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": ACTING})
+    manual_clock.advance(10 * HOUR)
+    await sweeper.sweep()
+    assert _resumes(scheduler) == ["node2"]
+    assert scheduler.nodes["node3"].drained and scheduler.nodes["node3"].reason == "maintenance"
+    assert ("resume_node", "node3") not in scheduler.calls
+
+
+async def test_a_drain_a_person_took_over_is_left_alone_and_that_is_recorded_once(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    scheduler.nodes["node2"] = scheduler.nodes["node2"].model_copy(update={"reason": "bad DIMM, RMA 1234"})
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": ACTING})
+    manual_clock.advance(2 * HOUR)
+
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.SKIPPED
+    assert row.error == "left alone: node2's drain reason is no longer ours ('bad DIMM, RMA 1234')"
+    assert not any(call[0] == "resume_node" for call in scheduler.calls)
+    assert await sweeper.sweep() == []
+    assert len(await _resume_rows(store)) == 1
+
+
+async def test_a_node_someone_already_resumed_is_left_alone(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    await scheduler.resume_node("node2")
+    scheduler.calls.clear()
+    manual_clock.advance(2 * HOUR)
+    [row] = await _undrainer(scheduler, store, manual_clock, {"default": ACTING}).sweep()
+    assert row.status is actions.ActionStatus.SKIPPED and "no longer drained" in row.error
+    assert not any(call[0] == "resume_node" for call in scheduler.calls)
+
+
+async def test_monitor_mode_records_would_resume_and_changes_nothing_until_action(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    rules = {"default": undrain.UndrainRule(after_s=HOUR, mode=vocab.Mode.MONITOR)}
+    sweeper = _undrainer(scheduler, store, manual_clock, rules)
+    manual_clock.advance(2 * HOUR)
+    [row] = await sweeper.sweep()
+    assert (row.step, row.status) == ("would_resume_node:node2", actions.ActionStatus.SKIPPED)
+    assert row.error.startswith("Monitor mode: would resume node2")
+    assert await sweeper.sweep() == []
+    assert scheduler.nodes["node2"].drained and _resumes(scheduler) == []
+
+    rules["default"] = ACTING  # the policy (or the cluster-wide switch) now allows acting
+    [row] = await sweeper.sweep()
+    assert (row.step, row.status) == ("resume_node:node2", actions.ActionStatus.DONE)
+    assert not scheduler.nodes["node2"].drained
+
+
+@pytest.mark.parametrize("rules", [{"default": undrain.UndrainRule(None, vocab.Mode.ACTION)}, {}],
+                         ids=["undrainAfter-null", "policy-gone"])
+async def test_no_resume_without_a_rule(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler, rules: dict[str, undrain.UndrainRule],
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    manual_clock.advance(1000 * HOUR)
+    assert await _undrainer(scheduler, store, manual_clock, rules).sweep() == []
+    assert scheduler.nodes["node2"].drained
+
+
+async def test_a_failed_resume_is_recorded_and_not_repeated(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    scheduler.fail["resume_node"] = RuntimeError("slurm_update error: Invalid node state specified")
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": ACTING})
+    manual_clock.advance(2 * HOUR)
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.FAILED and "Invalid node state" in row.error
+    assert await sweeper.sweep() == []
+
+
+
+async def _intent(store: audit.AuditStore, manual_clock: clock.ManualClock, node: str) -> None:
+    """What a process that died after committing the resume intent, before calling the scheduler, leaves."""
+    await store.begin_action(actions.ActionRecord(
+        workload="slurm/test/42", attempt=0, generation=1, step=f"resume_node:{node}",
+        operation=actions.Operation.RESUME_NODE, args={"node": node}), at=manual_clock.now())
+
+
+async def test_an_intent_left_by_a_crash_is_carried_out_after_the_restart(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    manual_clock.advance(2 * HOUR)
+    await _intent(store, manual_clock, "node2")
+    [row] = await _undrainer(scheduler, store, manual_clock, {"default": ACTING}).sweep()
+    assert (row.step, row.status) == ("resume_node:node2", actions.ActionStatus.DONE)
+    assert _resumes(scheduler) == ["node2"]
+    assert len(await _resume_rows(store)) == 1
+
+
+async def test_an_intent_left_by_a_crash_is_settled_when_the_node_is_no_longer_our_drain(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    manual_clock.advance(2 * HOUR)
+    await _intent(store, manual_clock, "node2")
+    scheduler.nodes["node2"] = scheduler.nodes["node2"].model_copy(update={"reason": "maintenance"})
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": ACTING})
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.SKIPPED and "no longer ours" in row.error
+    assert await sweeper.sweep() == []
+    assert not any(call[0] == "resume_node" for call in scheduler.calls)
