@@ -29,6 +29,7 @@ from trainguard import health as health_mod
 from trainguard import settings as settings_mod
 from trainguard.act import executor as executor_mod
 from trainguard.act import undrain
+from trainguard.attribute import allocation as alloc
 from trainguard.attribute import external, lemon, rules
 from trainguard.detect import catalog as catalog_mod
 from trainguard.detect import hosts, own_actions, sanitize, stream
@@ -367,6 +368,7 @@ class Engine:
         if rt.detector is not None and rt.detector.attempt == job.attempt and job.nodes and job.nodes != previous.nodes:
             # First seen pending: the rank -> node layout exists only once the job runs.
             rt.detector.rank_map = hosts.RankMap(job.nodes, _tasks_per_node(job))
+        await self._remember_allocation(rt, job, previous, first=first)
         if job.state.finished and (first or not previous.state.finished):
             await self._drain(rt)
             rt.finished_at = now
@@ -378,6 +380,19 @@ class Engine:
                     await self._handle(rt, anomaly)
         elif not job.state.finished:
             rt.finished_at = None
+
+    async def _remember_allocation(
+        self, rt: WorkloadRuntime, job: workloads.JobSnapshot, previous: workloads.JobSnapshot, *, first: bool
+    ) -> None:
+        """Record where the scheduler placed this attempt, durably: after a restart that record,
+        not log text, decides which nodes a recovery may name, exclude, drain or remember."""
+        if job.nodes and (first or job.nodes != previous.nodes or job.attempt != previous.attempt):
+            await self.store.record_attempt(workload=rt.workload, attempt=job.attempt, at=self.clock.now(),
+                                            nodes=job.nodes)
+
+    async def _allocation(self, rt: WorkloadRuntime) -> set[str]:
+        """Every node an attempt of the workload was placed on (the store's record plus the current snapshot)."""
+        return {*await self.store.allocation(rt.workload), *rt.job.nodes}
 
     async def _forget_settled(self) -> None:
         now = self.clock.now()
@@ -441,6 +456,7 @@ class Engine:
         if await self._own_effect(rt, anomaly, attempt):
             return
         now = self.clock.now()
+        anomaly = alloc.confine_anomaly(anomaly, await self._allocation(rt))
         await self.store.record_anomaly(workload=rt.workload, attempt=attempt, anomaly=anomaly, at=now)
         rt.last_anomaly = anomaly
         await self._notify(rt, vocab.AuditKind.ANOMALY, anomaly.model_dump(mode="json"))
@@ -491,6 +507,7 @@ class Engine:
             rt.spec, workload=rt.workload, attempt=attempt, anomaly=anomaly, verdict=verdict, history=rt.history,
             job=job, generation=generation, now=self.clock.now(), policy_name=rt.policy_name,
             partition_nodes=await self._partition_nodes(job.partition),
+            own_exclusions=await self.store.own_exclusions(rt.workload), allocation=await self._allocation(rt),
         )
         if rt.route is not None:
             item = item.model_copy(update={"route": rt.route})
@@ -530,18 +547,20 @@ class Engine:
         rule = lemon.LemonRule(rt.spec.exclusion.lemon_node_threshold, rt.spec.exclusion.lemon_node_window)
         history = lemon.NodeHistory(
             implications=[
-                lemon.Implication(node=i.node, at=i.at, workload=i.workload, category=_category(i.category))
+                lemon.Implication(node=i.node, at=i.at, workload=i.workload, attempt=i.attempt,
+                                  category=_category(i.category))
                 for i in await self.store.node_history(since=now - rule.window_s)
             ]
         )
+        placed = await self._allocation(rt)
         verdict = rules.attribute(
             anomaly, node_history=history, lemon_rule=rule, now=now, workload=rt.workload, attempt=attempt,
-            job_nodes=rt.job.nodes,
+            job_nodes=rt.job.nodes, allocation=placed,
         )
         service = rt.spec.attribution
         if service.url:
             verdict = await external.ExternalAttribution(service.url, service.timeout).attribute(anomaly, verdict)
-        return verdict
+        return alloc.confine_verdict(verdict, anomaly, placed)  # an external service is held to it too
 
     async def _fresh_job(self, rt: WorkloadRuntime) -> workloads.JobSnapshot:
         try:

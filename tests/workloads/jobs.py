@@ -17,7 +17,7 @@ import argparse
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 TRAIN_PY = Path(__file__).resolve().with_name("train.py")
@@ -43,6 +43,13 @@ def _quoted_sbatch_value(name: str, value: str) -> str:
     return f'"{value}"'
 
 
+def _sbatch_option(option: str) -> str:
+    """One extra ``#SBATCH`` option: a long option with an optional plain value, nothing sbatch could split."""
+    if not re.fullmatch(r"--[a-z][a-z-]*(=[A-Za-z0-9_.,:\[\]-]+)?", option):
+        raise ValueError(f"not a plain sbatch long option: {option!r}")
+    return option
+
+
 def training_job_script(
     *,
     nodes: int,
@@ -59,6 +66,7 @@ def training_job_script(
     job_name: str = "tg-train",
     python: str | Path = sys.executable,
     extra_env: Mapping[str, str] | None = None,
+    sbatch_options: Sequence[str] = (),
 ) -> str:
     """Text of an sbatch script running ``train.py`` with one task on each of ``nodes`` nodes.
 
@@ -67,7 +75,8 @@ def training_job_script(
     ``fault`` is one of ``FAULTS`` (applied on the first attempt only unless ``fault_all_attempts``);
     ``fault_rank`` may be an int, a comma list or ``"all"``. ``None`` settings keep train.py's
     defaults. Every ``TG_*`` variable is set explicitly, so nothing leaks in from the submitter's
-    environment (sbatch exports it by default).
+    environment (sbatch exports it by default). ``sbatch_options`` are added as ``#SBATCH`` lines
+    after the defaults (e.g. ``--exclude=node4`` or ``--nodelist=node1,node2``), so they win.
     """
     if nodes < 1 or steps < 1:
         raise ValueError(f"nodes and steps must be at least 1 (got nodes={nodes}, steps={steps})")
@@ -102,6 +111,7 @@ def training_job_script(
         "#SBATCH --requeue",
         "#SBATCH --open-mode=append",
         f"#SBATCH --output={_quoted_sbatch_value('workdir', str(work / 'slurm-%j.out'))}",
+        *(f"#SBATCH {_sbatch_option(option)}" for option in sbatch_options),
         "",
         *(f"export {key}={shlex.quote(value)}" for key, value in env.items()),
         "",

@@ -77,6 +77,9 @@ class Settings:
     slow_seconds: float
     xid: int
     seed: int
+    fault_node: str = ""
+    """The host name the ``xid`` fault's driver line names ("" = this rank's node). Another name
+    forges a line about a node the job never ran on, as a user's output can."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +196,7 @@ def read_settings(argv: Sequence[str], env: Mapping[str, str], placement: Placem
         slow_seconds=_env_float(env, "TG_FAULT_SLOW_SECONDS", 0.3),
         xid=_env_int(env, "TG_FAULT_XID", 79),
         seed=_env_int(env, "TG_SEED", 1234),
+        fault_node=env.get("TG_FAULT_NODE", "").strip(),
     )
 
 
@@ -307,7 +311,7 @@ class Trainer:
         else:
             kernel = f"NVRM: Xid (PCI:0000:3b:00): {self.s.xid}, pid={pid}, name=python, GPU has fallen off the bus."
             cuda = "CUDA error: unspecified launch failure"
-        print(f"{stamp} {self.p.node} kernel: {kernel}", file=sys.stderr)
+        print(f"{stamp} {self.s.fault_node or self.p.node} kernel: {kernel}", file=sys.stderr)
         raise RuntimeError(
             f"{cuda}\nCUDA kernel errors might be asynchronously reported at some other API call, "
             "so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1."

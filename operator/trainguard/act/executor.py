@@ -200,7 +200,8 @@ class Executor:
                     await self._finish(item, step, actions.ActionStatus.SKIPPED, left.error)
                 return left.error
         if row is None:
-            await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.INTENT), at=self._clock.now())
+            intent = _with_added_nodes(self._row(item, step, actions.ActionStatus.INTENT), step, seen)
+            await self._ledger.begin_action(intent, at=self._clock.now())
         try:
             await step.run(self._scheduler)
         except Exception as exc:
@@ -227,3 +228,16 @@ def _hold_seen(step: steps.Step, job: workloads.JobSnapshot) -> dict[str, Any] |
     if not step.operation.places_hold or not job.held:
         return None
     return {watchdog.HOLD_SEEN: watchdog.hold_fingerprint(job)}
+
+
+def _with_added_nodes(record: actions.ActionRecord, step: steps.Step, seen: steps.Observation) -> actions.ActionRecord:
+    """An ``exclude_nodes`` intent also records which of its nodes the job did not exclude yet.
+
+    The step writes the whole desired list (the user's own ``--exclude`` stays in it), but only
+    the nodes it adds are Trainguard's: the store counts those, and only those, against
+    ``maxExcludedNodesPerJob`` (``AuditStore.own_exclusions``).
+    """
+    if step.operation is not actions.Operation.EXCLUDE_NODES:
+        return record
+    added = [node for node in step.nodes if node not in seen.job.excluded_nodes]
+    return record.model_copy(update={"args": {**record.args, "added_nodes": added}})

@@ -1,14 +1,16 @@
 """Lemon-node memory: which nodes were implicated in failures, across jobs, and when.
 
 Place in the loop: ``attribute.rules`` reads a ``NodeHistory`` to raise its confidence in a
-suspect that keeps failing jobs and to name it even when the evidence alone cannot; the engine
-adds each verdict's suspects with ``record`` afterwards and the store persists the history as
-JSON. Comparable tools do the same (Meta's lemon-node detection, nvrx-watch ``suspect_node``; in
-practice a few nodes cause most exclusions).
+suspect that keeps failing jobs and to name it even when the evidence alone cannot; the store
+records each verdict's suspects (``AuditStore.record_verdict``: only nodes the workload was
+placed on, one row per node and (workload, attempt)) and the engine reads them back into a
+``NodeHistory``. Peers converge on this (Meta's lemon-node detection, nvrx-watch
+``suspect_node``, Lablup: a few nodes cause most exclusions).
 
 An implication is counted once per incident, i.e. per (workload, attempt): a cascade in which
-every rank of one attempt names the same node is one incident, not many (NVRx: "same-attempt
-repeats across ranks are not recurrence"). Pure code: callers pass the time.
+every rank of one attempt names the same node, or a second anomaly of the same attempt, is one
+incident, not many (NVRx: "same-attempt repeats across ranks are not recurrence"). Pure code:
+callers pass the time.
 """
 
 from __future__ import annotations

@@ -19,12 +19,16 @@ How a verdict is reached, in order (each step adds a human-readable reason):
 4. Lemon nodes (``attribute.lemon``): a suspect implicated in >= threshold incidents within the
    window raises the confidence; for an ``unknown`` verdict, a lemon among the job's nodes
    becomes a suspect even if the evidence does not name it.
+5. Allocation (``attribute.allocation``), when the caller passes it: only nodes the scheduler
+   placed one of the workload's attempts on can be suspects or lemons; any other host name the
+   log gives stays evidence text and is listed in ``outside_allocation``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
+from trainguard.attribute import allocation as alloc
 from trainguard.attribute import lemon
 from trainguard.model import anomalies, verdicts, vocab
 
@@ -90,14 +94,22 @@ def attribute(
     workload: str = "",
     attempt: int = 0,
     job_nodes: Sequence[str] = (),
+    allocation: Collection[str] | None = None,
 ) -> verdicts.Verdict:
-    """The built-in verdict for ``anomaly`` of (``workload``, ``attempt``), which ran on ``job_nodes``."""
+    """The built-in verdict for ``anomaly`` of (``workload``, ``attempt``), which ran on ``job_nodes``.
+
+    ``allocation`` is every node the scheduler placed an attempt of the workload on; None (offline
+    ``detect``, no scheduler) leaves the log's host names unchecked.
+    """
     if anomaly.symptom == vocab.Symptom.HEALTHY or (anomaly.category == C.NONE and not anomaly.evidence):
         return verdicts.Verdict(
             attribution=A.NONE, category=C.NONE, confidence=1.0, reasons=["no anomaly: the workload is healthy"]
         )
     reasons: list[str] = []
     category, attribution, confidence, nodes, ranks = _classify(anomaly, reasons)
+    if allocation is not None:
+        nodes, _ = alloc.split(nodes, allocation)
+        job_nodes = [node for node in job_nodes if node in allocation]
 
     lemons: list[str] = []
     for node in dict.fromkeys([*nodes, *job_nodes]):
@@ -124,7 +136,7 @@ def attribute(
     if lemons:
         confidence = min(CONFIDENCE_CAP, confidence + LEMON_BONUS)
 
-    return verdicts.Verdict(
+    verdict = verdicts.Verdict(
         attribution=attribution,
         category=category,
         suspect_nodes=nodes,
@@ -134,6 +146,7 @@ def attribute(
         reasons=reasons,
         lemon_nodes=lemons,
     )
+    return verdict if allocation is None else alloc.confine_verdict(verdict, anomaly, allocation)
 
 
 def _classify(

@@ -27,3 +27,6 @@ class Verdict(BaseModel):
     fallback_reason: str | None = None
     lemon_nodes: list[str] = Field(default_factory=list)
     """Suspects that are also lemons (implicated again and again across jobs); the policy may drain them."""
+    outside_allocation: list[str] = Field(default_factory=list)
+    """Host names the evidence gives that no attempt of the workload was placed on (a forged,
+    copied or misparsed line): kept as evidence text, never suspects, excluded, drained or remembered."""

@@ -25,11 +25,13 @@ The rules, in order; each appends a reason to the Advice:
    hang: a hung job does not end by itself, so it is stopped (hold, then nothing, if stop is
    not allowed). A hang past the retry budget is stopped by rule 4.
 6. Exclusions (``exclude_nodes`` is the whole desired set, so the executor's merge is idempotent):
-   only nodes the job ran on; merged with those already excluded; capped at
-   ``maxExcludedNodesPerJob`` in total; dropped (with a reason) if the partition would keep
+   only nodes the job ran on; merged with those already excluded (the user's own ``--exclude``
+   stays); ``maxExcludedNodesPerJob`` caps only Trainguard's own exclusions (``own_exclusions``,
+   from its action rows), never the user's; dropped (with a reason) if the partition would keep
    fewer nodes than the job needs.
 7. Lemon nodes of the verdict are drained when ``drainLemonNodes`` and ``drainNode`` or
-   ``cordonNode`` is allowed.
+   ``cordonNode`` is allowed, and only if the scheduler placed the workload there
+   (``allocation``).
 8. An action the policy does not allow becomes the nearest allowed one, ``FALLBACKS``:
    stop -> hold -> none (hold still keeps the job from burning GPUs until a human looks),
    requeue -> none, hold -> none. Exclusions go with the requeue.
@@ -39,7 +41,7 @@ Monitor mode produces the same advice with ``mode=Monitor``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from trainguard.model import advice, anomalies, vocab, workloads
 from trainguard.model import verdicts as verdicts_model
@@ -71,11 +73,15 @@ def decide(
     now: float,
     policy_name: str = "",
     partition_nodes: int | None = None,
+    own_exclusions: Collection[str] | None = None,
+    allocation: Collection[str] | None = None,
 ) -> advice.Advice:
     """The Advice of generation ``generation`` for (``workload``, ``attempt``).
 
     ``partition_nodes`` is the number of usable nodes in the job's partition, if known; it
     guards against excluding so many nodes that the job can no longer be scheduled.
+    ``own_exclusions`` are the nodes Trainguard itself excluded for this workload (None: the
+    ledger's); ``allocation`` every node an attempt of it was placed on (None: the job's nodes).
     """
     reasons: list[str] = []
 
@@ -132,10 +138,11 @@ def decide(
             wanted = Action.NONE
     if wanted == Action.REQUEUE:
         exclude = _exclusions(
-            spec, candidates, history=history, job=job, partition_nodes=partition_nodes, reasons=reasons
+            spec, candidates, history=history, job=job, partition_nodes=partition_nodes, reasons=reasons,
+            own=own_exclusions,
         )
     if verdict.lemon_nodes and wanted != Action.NONE:
-        drain = _drains(spec, verdict.lemon_nodes, reasons)
+        drain = _drains(spec, _placed(verdict.lemon_nodes, job, allocation, reasons), reasons)
 
     action = _allowed(spec, wanted, reasons)
     if action != Action.REQUEUE and exclude:
@@ -299,9 +306,14 @@ def _exclusions(
     job: workloads.JobSnapshot,
     partition_nodes: int | None,
     reasons: list[str],
+    own: Collection[str] | None = None,
 ) -> list[str]:
-    """All nodes the requeued job must avoid (already excluded plus new ones), or [] to exclude none."""
+    """All nodes the requeued job must avoid (already excluded plus new ones), or [] to exclude none.
+
+    The cap counts only ``own`` (ours); the rest of ``already`` is the user's and stays as it is.
+    """
     already = list(dict.fromkeys([*job.excluded_nodes, *history.excluded_nodes]))
+    ours = list(dict.fromkeys(own if own is not None else history.excluded_nodes))
     fresh = [node for node in candidates if node not in already]
     if job.nodes:
         foreign = [node for node in fresh if node not in job.nodes]
@@ -311,12 +323,14 @@ def _exclusions(
     if not fresh:
         return already
     cap = spec.exclusion.max_excluded_nodes_per_job
-    room = max(0, cap - len(already))
+    room = max(0, cap - len(ours))
     if room < len(fresh):
+        counted = f" (ours: {', '.join(ours)})" if ours else ""
         reasons.append(
-            f"maxExcludedNodesPerJob {cap} reached: not excluded: {', '.join(fresh[room:])}"
+            f"maxExcludedNodesPerJob {cap} reached{counted}: not excluded: {', '.join(fresh[room:])}"
             if room == 0
-            else f"maxExcludedNodesPerJob {cap}: only {', '.join(fresh[:room])} excluded, not {', '.join(fresh[room:])}"
+            else f"maxExcludedNodesPerJob {cap}{counted}: only {', '.join(fresh[:room])} excluded, "
+            f"not {', '.join(fresh[room:])}"
         )
         fresh = fresh[:room]
     if not fresh:
@@ -335,8 +349,25 @@ def _exclusions(
     return total
 
 
+def _placed(
+    nodes: Sequence[str], job: workloads.JobSnapshot, allocation: Collection[str] | None, reasons: list[str]
+) -> list[str]:
+    """``nodes`` the scheduler placed the workload on; the others are named in a reason and dropped.
+
+    Without an allocation the job's current nodes stand in; with neither, nothing can be checked
+    (a caller without a scheduler) and ``nodes`` pass unchanged.
+    """
+    placed = allocation if allocation is not None else (job.nodes or None)
+    if placed is None:
+        return list(nodes)
+    foreign = [node for node in nodes if node not in placed]
+    if foreign:
+        reasons.append(f"not drained, the workload never ran there: {', '.join(foreign)}")
+    return [node for node in nodes if node in placed]
+
+
 def _drains(spec: model.RecoveryPolicySpec, lemons: Sequence[str], reasons: list[str]) -> list[str]:
-    if not spec.exclusion.drain_lemon_nodes:
+    if not lemons or not spec.exclusion.drain_lemon_nodes:
         return []
     allowed = spec.actions.allowed
     if model.ActionName.DRAIN_NODE not in allowed and model.ActionName.CORDON_NODE not in allowed:

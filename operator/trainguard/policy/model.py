@@ -253,7 +253,8 @@ class Exclusion(_Section):
         default=2,
         ge=0,
         le=64,
-        description="Most nodes one job may have excluded in total. 2, like NVRx "
+        description="Most nodes Trainguard itself may exclude for one job, over all its attempts; the "
+        "user's own --exclude stays and does not count. 2, like NVRx "
         "LogSage's isolation count: a wrong verdict cannot shrink the usable pool much.",
     )
     lemon_node_threshold: int = Field(

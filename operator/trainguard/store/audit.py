@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -86,6 +86,8 @@ class NodeImplication(BaseModel):
     workload: str
     category: str
     at: float
+    attempt: int = 0
+    """The attempt that implicated the node (0 for rows older than migration 0004)."""
 
 
 def to_datetime(epoch: float) -> datetime.datetime:
@@ -207,8 +209,13 @@ class AuditStore:
     async def record_attempt(
         self, *, workload: str, attempt: int, at: float, started_at: float | None = None,
         ended_at: float | None = None, checkpoint_saved: bool | None = None, state: str | None = None,
+        nodes: Sequence[str] | None = None,
     ) -> None:
-        """Create or update one attempt; fields left None keep their stored value."""
+        """Create or update one attempt; fields left None keep their stored value.
+
+        ``nodes`` (where the scheduler placed the attempt) is merged into what is stored, never
+        replaced: a node the attempt ran on stays part of the workload's allocation.
+        """
 
         async def work(session: AsyncSession) -> None:
             await self._ensure_workload(session, workload, at)
@@ -226,8 +233,24 @@ class AuditStore:
                 row.checkpoint_saved = checkpoint_saved
             if state is not None:
                 row.state = state
+            if nodes:
+                row.nodes = list(dict.fromkeys([*(row.nodes or []), *nodes]))
 
         await self._transaction(work)
+
+    async def allocation(self, workload: str) -> list[str]:
+        """Every node the scheduler placed an attempt of ``workload`` on, as recorded, in first-seen order."""
+        async with self._sessions() as session:
+            return await self._allocation(session, workload)
+
+    @staticmethod
+    async def _allocation(session: AsyncSession, workload: str) -> list[str]:
+        query = (sa.select(tables.Attempt.nodes).where(tables.Attempt.workload == workload)
+                 .order_by(tables.Attempt.attempt))
+        nodes: dict[str, None] = {}
+        for value in (await session.execute(query)).scalars().all():
+            nodes.update(dict.fromkeys(str(node) for node in value or []))
+        return list(nodes)
 
     # -- detection and attribution ------------------------------------------------------------
 
@@ -255,14 +278,28 @@ class AuditStore:
                                           category=verdict.category.value, payload=payload, at=to_datetime(at)))
             # Lemon-node memory: only failures that can be the node's fault. An application bug
             # that always kills the same rank must not turn a healthy node into a lemon.
-            implicates = verdict.attribution in _NODE_FAULTS
-            for node in verdict.suspect_nodes if implicates else ():
-                session.add(tables.NodeHistoryRow(node=node, workload=workload, category=verdict.category.value,
-                                                  at=to_datetime(at)))
+            if verdict.attribution in _NODE_FAULTS and verdict.suspect_nodes:
+                await self._remember_nodes(session, workload, attempt, verdict, at)
             self._log(session, at=at, workload=workload, attempt=attempt, kind=vocab.AuditKind.VERDICT,
                       payload=payload, decided_by=verdict.source)
 
         await self._transaction(work)
+
+    async def _remember_nodes(
+        self, session: AsyncSession, workload: str, attempt: int, verdict: verdicts.Verdict, at: float
+    ) -> None:
+        """One node_history row per suspect per (workload, attempt), and only for nodes the scheduler
+        placed one of the workload's attempts on: a host name read from log text (forged, copied,
+        or another job's) never enters lemon memory, and a second verdict of the same attempt is
+        the same incident, not a new one."""
+        placed = set(await self._allocation(session, workload))
+        query = sa.select(tables.NodeHistoryRow.node).where(
+            tables.NodeHistoryRow.workload == workload, tables.NodeHistoryRow.attempt == attempt)
+        known = set((await session.execute(query)).scalars().all())
+        for node in dict.fromkeys(verdict.suspect_nodes):
+            if node in placed and node not in known:
+                session.add(tables.NodeHistoryRow(node=node, workload=workload, attempt=attempt,
+                                                  category=verdict.category.value, at=to_datetime(at)))
 
     async def node_history(self, *, since: float) -> list[NodeImplication]:
         """Suspect-node implications recorded with verdicts since ``since`` (oldest first)."""
@@ -270,8 +307,8 @@ class AuditStore:
                  .order_by(tables.NodeHistoryRow.id))
         async with self._sessions() as session:
             rows = (await session.execute(query)).scalars().all()
-            return [NodeImplication(node=r.node, workload=r.workload, category=r.category, at=to_epoch(r.at))
-                    for r in rows]
+            return [NodeImplication(node=r.node, workload=r.workload, category=r.category, at=to_epoch(r.at),
+                                    attempt=r.attempt or 0) for r in rows]
 
     # -- advice -----------------------------------------------------------------------------
 
@@ -403,6 +440,28 @@ class AuditStore:
         async with self._sessions() as session:
             query = self._action_query(workload, attempt, generation).order_by(tables.ActionRow.id)
             return [_action_record(row) for row in (await session.execute(query)).scalars().all()]
+
+    async def own_exclusions(self, workload: str) -> list[str]:
+        """The nodes Trainguard itself added to ``workload``'s exclusions, from its own action rows.
+
+        An ``exclude_nodes`` row records the whole desired list (the user's own ``--exclude`` is
+        kept in it) and, as ``added_nodes``, the nodes that step added to what the job already had.
+        Only those count against ``maxExcludedNodesPerJob``: the user's exclusions are theirs. A
+        row without ``added_nodes`` (older releases) counts in full. Rows still at ``intent``
+        count too: the call may have taken effect before a crash.
+        """
+        counted = (actions.ActionStatus.DONE.value, actions.ActionStatus.INTENT.value)
+        query = (sa.select(tables.ActionRow).where(
+            tables.ActionRow.workload == workload,
+            tables.ActionRow.operation == actions.Operation.EXCLUDE_NODES.value,
+            tables.ActionRow.status.in_(counted)).order_by(tables.ActionRow.id))
+        nodes: dict[str, None] = {}
+        async with self._sessions() as session:
+            for row in (await session.execute(query)).scalars().all():
+                args = dict(row.args)
+                added = args.get("added_nodes", args.get("excluded_nodes", []))
+                nodes.update(dict.fromkeys(str(node) for node in added or []))
+        return list(nodes)
 
     async def actions_by_operation(
         self, operations: list[actions.Operation], *, since: float | None = None,

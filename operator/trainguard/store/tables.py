@@ -2,8 +2,8 @@
 
 Place in the loop: the bottom of ``store/``. ``audit.py`` (the repository) is the only
 module that queries these tables; nothing outside ``store/`` sees an ORM object. The
-Alembic migration ``alembic/versions/0001_initial.py`` creates the same schema; a test
-compares the two.
+Alembic migrations in ``alembic/versions/`` (0001 and those after it) create the same schema;
+a test compares the two.
 
 Portability (SQLite, PostgreSQL, MySQL/MariaDB): only generic types; JSON is SQLAlchemy
 ``JSON``; timestamps are ``UtcDateTime`` (timezone-aware on PostgreSQL, microsecond
@@ -105,6 +105,10 @@ class Attempt(Base):
     ended_at: orm.Mapped[datetime.datetime | None]
     checkpoint_saved: orm.Mapped[bool] = orm.mapped_column(default=False)
     state: orm.Mapped[str] = orm.mapped_column(sa.String(32), default="")
+    nodes: orm.Mapped[list[Any] | None]
+    """The nodes the scheduler placed this attempt on (migration 0004); None before it was seen
+    running. Their union over a workload's attempts is the only set of nodes Trainguard may name
+    as suspects, exclude, drain or remember in node history."""
 
 
 class AnomalyRow(Base):
@@ -201,6 +205,9 @@ class NodeHistoryRow(Base):
     id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
     node: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
     workload: orm.Mapped[str] = _workload_fk()
+    attempt: orm.Mapped[int | None]
+    """The attempt that implicated the node (migration 0004; None on older rows): lemon memory
+    counts one incident per (workload, attempt)."""
     category: orm.Mapped[str] = orm.mapped_column(sa.String(64))
     at: orm.Mapped[datetime.datetime]
 

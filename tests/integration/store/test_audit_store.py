@@ -158,6 +158,7 @@ async def test_anomaly_verdict_and_node_history_carry_the_contract_fields(db_url
                                     evidence=[evidence], suspect_nodes=["n2"])
         verdict = verdicts.Verdict(attribution=vocab.Attribution.HARDWARE,
                                    category=vocab.Category.GPU_FALLEN_OFF_BUS, suspect_nodes=["n2"])
+        await store.record_attempt(workload=W, attempt=0, at=T0, nodes=["n1", "n2"])
         await store.record_anomaly(workload=W, attempt=0, anomaly=anomaly, at=T0)
         await store.record_verdict(workload=W, attempt=0, verdict=verdict, at=T0 + 1)
         record_a, record_v = await store.audit_records(workload=W)
@@ -166,7 +167,8 @@ async def test_anomaly_verdict_and_node_history_carry_the_contract_fields(db_url
         assert record_a.payload["evidence"][0]["pattern"] == "xid.79"
         assert (record_v.payload["attribution"], record_v.payload["nodes"]) == ("hardware", ["n2"])
         history = await store.node_history(since=T0)
-        assert [(h.node, h.workload, h.category) for h in history] == [("n2", W, "gpu_fallen_off_bus")]
+        assert [(h.node, h.workload, h.attempt, h.category) for h in history] == [
+            ("n2", W, 0, "gpu_fallen_off_bus")]
     finally:
         await store.close()
 
@@ -179,11 +181,51 @@ async def test_application_failures_do_not_feed_lemon_node_memory(db_url: str):
                                category=vocab.Category.PYTHON_EXCEPTION, suspect_nodes=["n3"])
         unknown = verdicts.Verdict(attribution=vocab.Attribution.UNKNOWN,
                                    category=vocab.Category.PROCESS_SIGNAL_KILLED, suspect_nodes=["n4"])
+        await store.record_attempt(workload=W, attempt=0, at=T0, nodes=["n3", "n4"])
         await store.record_verdict(workload=W, attempt=0, verdict=app, at=T0)
         await store.record_verdict(workload=W, attempt=1, verdict=unknown, at=T0 + 1)
         history = await store.node_history(since=T0)
         assert [h.node for h in history] == ["n4"]
         assert [r.kind for r in await store.audit_records(workload=W)] == [vocab.AuditKind.VERDICT] * 2
+    finally:
+        await store.close()
+
+
+async def test_node_history_holds_only_allocated_nodes_once_per_attempt(db_url: str):
+    """A host name from log text never enters lemon memory; a second verdict of an attempt is the same
+    incident; every attempt's nodes are part of the allocation."""
+    store = await database.open_store(db_url)
+    try:
+        hardware = verdicts.Verdict(attribution=vocab.Attribution.HARDWARE, category=vocab.Category.GPU_XID_HARDWARE,
+                                    suspect_nodes=["n2", "n9"])
+        await store.record_attempt(workload=W, attempt=0, at=T0, started_at=T0, nodes=["n1", "n2"])
+        await store.record_attempt(workload=W, attempt=0, at=T0, nodes=["n2"])  # merged, never replaced
+        await store.record_verdict(workload=W, attempt=0, verdict=hardware, at=T0 + 1)
+        await store.record_verdict(workload=W, attempt=0, verdict=hardware, at=T0 + 2)
+        await store.record_attempt(workload=W, attempt=1, at=T0 + 5, nodes=["n3", "n4"])
+        await store.record_verdict(workload=W, attempt=1, verdict=hardware, at=T0 + 6)  # n2: an earlier attempt's
+        assert await store.allocation(W) == ["n1", "n2", "n3", "n4"]
+        history = await store.node_history(since=T0)
+        assert [(h.node, h.attempt) for h in history] == [("n2", 0), ("n2", 1)]
+        assert await store.allocation("slurm/test/unknown") == []
+    finally:
+        await store.close()
+
+
+async def test_own_exclusions_are_the_nodes_our_steps_added(db_url: str):
+    """The user's ``--exclude`` is in the desired list but not ours; monitor-mode rows exclude nothing."""
+    store = await database.open_store(db_url)
+    try:
+        await store.record_advice(an_advice(1, exclude_nodes=["n7", "n2"]), at=T0)
+        await store.record_advice(an_advice(2, exclude_nodes=["n7", "n2", "n3"]), at=T0 + 1)
+        await store.record_advice(an_advice(3, exclude_nodes=["n5"], mode="Monitor"), at=T0 + 2)
+        for generation, added, status in ((1, ["n2"], "done"), (2, ["n3"], "intent"), (3, ["n5"], "skipped")):
+            await store.begin_action(actions.ActionRecord(
+                workload=W, attempt=0, generation=generation, step="exclude_nodes",
+                operation=actions.Operation.EXCLUDE_NODES, status=actions.ActionStatus(status),
+                args={"job_id": "7", "excluded_nodes": ["n7", *added], "added_nodes": added}), at=T0 + 3)
+        assert await store.own_exclusions(W) == ["n2", "n3"]
+        assert await store.own_exclusions("slurm/test/other") == []
     finally:
         await store.close()
 

@@ -50,9 +50,20 @@ async def test_requeue_with_exclusions_holds_excludes_and_releases(make_executor
     recorded = await rows(store)
     assert list(recorded) == ["requeue_hold", "exclude_nodes", "release"]
     assert all(r.status is actions.ActionStatus.DONE for r in recorded.values())
-    assert recorded["exclude_nodes"].args == {"job_id": JOB_ID, "excluded_nodes": ["node2"]}
+    assert recorded["exclude_nodes"].args == {"job_id": JOB_ID, "excluded_nodes": ["node2"], "added_nodes": ["node2"]}
     action_records = await store.audit_records(workload=WORKLOAD, kind=vocab.AuditKind.ACTION)
     assert {r.payload["action"] for r in action_records} == {"requeue"}
+
+
+async def test_the_users_own_exclusion_stays_and_is_not_recorded_as_ours(make_executor, scheduler, store, advise):
+    scheduler.jobs[JOB_ID] = scheduler.jobs[JOB_ID].model_copy(update={"excluded_nodes": ["node4"]})
+    disposition = await make_executor.reconcile(advise(REQUEUE, exclude_nodes=["node4", "node2"]))
+
+    assert disposition is vocab.Disposition.CONVERGED
+    assert scheduler.jobs[JOB_ID].excluded_nodes == ["node2", "node4"]
+    recorded = await rows(store)
+    assert recorded["exclude_nodes"].args["added_nodes"] == ["node2"]
+    assert await store.own_exclusions(WORKLOAD) == ["node2"]
 
 
 async def test_already_satisfied_touches_nothing(make_executor, scheduler, store, advise):

@@ -40,7 +40,7 @@ async def test_hardware_crash_requeues_without_the_node_and_records_every_step(
     assert [(s["step"], s["status"]) for s in steps] == [
         ("requeue_hold", "intent"), ("requeue_hold", "done"), ("exclude_nodes", "intent"), ("exclude_nodes", "done"),
         ("release", "intent"), ("release", "done")]
-    assert steps[2]["arguments"] == {"job_id": "20", "excluded_nodes": ["node2"]}
+    assert steps[2]["arguments"] == {"job_id": "20", "excluded_nodes": ["node2"], "added_nodes": ["node2"]}
     [outcome] = await h.outcomes("20")
     assert outcome["disposition"] == vocab.Disposition.CONVERGED.value
     rt = h.runtime("20")

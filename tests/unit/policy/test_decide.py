@@ -305,3 +305,37 @@ def test_a_stop_carries_no_backoff() -> None:
     result = _decide(spec, attempt=1)
     assert result.action == A.STOP
     assert result.release_at is None
+
+
+# -- issue 9: the user's own exclusions, and nodes outside the allocation ---------------------------
+
+
+def test_the_users_own_exclusions_do_not_count_against_the_cap() -> None:
+    """The job was submitted with ``--exclude=n9``; with a cap of 1 the Xid node is still excluded."""
+    spec = _spec(exclusion={"maxExcludedNodesPerJob": 1})
+    result = _decide(spec, job=_job(excluded_nodes=["n9"]))
+    assert result.action == A.REQUEUE
+    assert result.exclude_nodes == ["n9", "n2"], result.reasons  # the user's stays, ours is added
+
+
+def test_our_own_exclusions_count_against_the_cap() -> None:
+    spec = _spec(exclusion={"maxExcludedNodesPerJob": 1})
+    result = decide.decide(
+        spec, workload="slurm/c/42", attempt=1, anomaly=_anomaly(), verdict=_verdict(nodes=["n3"]),
+        history=_history(retries=1), job=_job(attempt=1, excluded_nodes=["n9", "n2"]), generation=1, now=NOW,
+        own_exclusions=["n2"],
+    )
+    assert result.exclude_nodes == ["n9", "n2"]
+    assert any("maxExcludedNodesPerJob 1 reached (ours: n2): not excluded: n3" in r for r in result.reasons)
+
+
+def test_lemon_nodes_outside_the_allocation_are_not_drained() -> None:
+    spec = _spec(exclusion={"drainLemonNodes": True}, actions={"allowed": ["requeue", "stop", "drainNode"]})
+    result = _decide(spec, verdict=_verdict(nodes=["n2"], lemons=["n2", "n7"]))
+    assert result.drain_nodes == ["n2"]
+    assert any("not drained, the workload never ran there: n7" in r for r in result.reasons)
+    earlier = decide.decide(
+        spec, workload="slurm/c/42", attempt=1, anomaly=_anomaly(), verdict=_verdict(lemons=["n7"]),
+        history=_history(retries=1), job=_job(attempt=1), generation=1, now=NOW, allocation={"n1", "n7"},
+    )
+    assert earlier.drain_nodes == ["n7"], "a node an earlier attempt ran on is part of the allocation"
