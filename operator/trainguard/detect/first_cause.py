@@ -58,6 +58,12 @@ _CASCADE_TEXT = re.compile(
     r"|\bAborted\b|\bTerminated\b|process group .*(?:aborted|destroyed)|heartbeat monitor"
 )
 
+SCHEDULER_DECISIONS = frozenset({"slurm.cancelled", "slurm.cancelled_time_limit", "slurm.cancelled_preemption"})
+"""Catalog entries for a job the scheduler ended by decision (a cancel, the time limit, preemption):
+the node in ``*** JOB 1 ON node3 CANCELLED ...`` is where slurmstepd ran, not what failed, so such a
+first cause names no suspect (naming it would make a busy node look like a lemon). A cancel for a
+node failure keeps its node."""
+
 _WRAPPED_REASON = re.compile(r"terminated with exception: ")
 """The watchdog's report of why it ended; only the text after it decides whether it is a cascade."""
 
@@ -92,6 +98,10 @@ def classify(evidence: anomalies.Evidence) -> Rank:
     """How strongly one line can be the first cause."""
     serious = evidence.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
     if evidence.category in HARDWARE_CATEGORIES:
+        if serious and evidence.category == C.NCCL_NETWORK_IB and _CASCADE_TEXT.search(evidence.text):
+            # "Connection reset/closed by peer", "remote process exited": the socket a peer held
+            # went away, which is what a dying peer looks like (item 5 above), not a link fault.
+            return Rank.CASCADE
         return Rank.HARDWARE if serious else Rank.HARDWARE_WARNING
     if not serious or evidence.category == C.NONE:
         return Rank.CONTEXT
@@ -170,7 +180,7 @@ def find_first_cause(
             node = node_of(rank) if node_of else None
             if node:
                 _add(nodes, node)
-    else:
+    elif first.pattern not in SCHEDULER_DECISIONS:
         _add_suspect(first, nodes, ranks, node_of)
         if not nodes and not ranks:  # the same event, reported again with its place (oom_kill + srun)
             for rank_class, _, item in ranked:
