@@ -217,15 +217,18 @@ def find_first_cause(
 def _unwrap(ranked: list[tuple[Rank, int, anomalies.Evidence]]) -> list[tuple[Rank, int, anomalies.Evidence]]:
     """A wrapper line (``RuntimeError: <gloo timeout>``, ``DistBackendError: <NCCL error>``) is the
     line of the error it wraps: when the same line carries a serious non-wrapper category, the
-    wrapper's evidence is context, so the wrapped error's class (cause or cascade) decides."""
+    wrapper's evidence is context, so the wrapped error's class (cause or cascade) decides. A C++
+    ``terminate called after throwing`` line defers in the same way to its ``what():`` line."""
     wrapped_lines = {
         e.line
         for rank_class, _, e in ranked
         if rank_class < Rank.CONTEXT and e.category not in _WRAPPER_CATEGORIES and e.line > 0
     }
+    said_lines = {e.line for rank_class, _, e in ranked if rank_class < Rank.CONTEXT and e.line > 0}
     return [
         (Rank.CONTEXT, index, e)
-        if e.category in _WRAPPER_CATEGORIES and e.line in wrapped_lines
+        if (e.category in _WRAPPER_CATEGORIES and e.line in wrapped_lines)
+        or (e.pattern in _NEXT_LINE_WRAPPERS and e.line + 1 in said_lines)
         else (rank_class, index, e)
         for rank_class, index, e in ranked
     ]
@@ -247,6 +250,10 @@ def _hint(item: anomalies.Evidence, hints: Mapping[str, vocab.Attribution] | Non
 
 _WRAPPER_CATEGORIES = frozenset({C.PYTHON_EXCEPTION, C.NCCL_ERROR})
 """Categories of lines that wrap another error's text (a Python exception, an NCCL/watchdog report)."""
+
+_NEXT_LINE_WRAPPERS = frozenset({"segfault.cpp_terminate"})
+"""Catalog entries whose error is on the next line: ``terminate called after throwing an instance of
+'X'`` is followed by ``what(): <the error>``; when that line is recognised, it decides."""
 
 
 def _tie_break(item: anomalies.Evidence) -> tuple[int, int]:
