@@ -8,8 +8,8 @@ Also a command, so a new batch can be scored on the code as it is *before* any t
 
 from __future__ import annotations
 
-import contextlib
 import argparse
+import contextlib
 import dataclasses
 import functools
 import io
