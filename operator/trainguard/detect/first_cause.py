@@ -64,6 +64,11 @@ the node in ``*** JOB 1 ON node3 CANCELLED ...`` is where slurmstepd ran, not wh
 first cause names no suspect (naming it would make a busy node look like a lemon). A cancel for a
 node failure keeps its node."""
 
+_PEER_GONE_PATTERNS = frozenset({"nccl.error_remote", "nccl.socket_connection_error"})
+"""Network evidence that only says a peer's connection went away (ncclRemoteError, a socket reset or
+closed by the peer). By the pattern, not the line's text: an IB completion error quoted on the same
+line as "remote process exited" is still hardware evidence."""
+
 _WRAPPED_REASON = re.compile(r"terminated with exception: ")
 """The watchdog's report of why it ended; only the text after it decides whether it is a cascade."""
 
@@ -98,7 +103,7 @@ def classify(evidence: anomalies.Evidence) -> Rank:
     """How strongly one line can be the first cause."""
     serious = evidence.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
     if evidence.category in HARDWARE_CATEGORIES:
-        if serious and evidence.category == C.NCCL_NETWORK_IB and _CASCADE_TEXT.search(evidence.text):
+        if serious and evidence.pattern in _PEER_GONE_PATTERNS:
             # "Connection reset/closed by peer", "remote process exited": the socket a peer held
             # went away, which is what a dying peer looks like (item 5 above), not a link fault.
             return Rank.CASCADE

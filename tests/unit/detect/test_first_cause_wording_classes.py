@@ -119,3 +119,35 @@ def test_cuda_system_not_ready_under_nccl_is_the_nodes_setup() -> None:
         "Cuda failure 802 'system not yet initialized'",
     )
     assert (result.category, result.attribution) == (C.NCCL_ERROR, A.SYSTEM)
+
+
+def test_an_ib_completion_error_quoted_beside_remote_exited_is_still_hardware() -> None:
+    """The peer-gone rule is by pattern: the IB error in ncclRemoteError's 'Last error' on the
+    same line stays hardware evidence (batch 7 found one-line pastes of this)."""
+    result = _analyze(
+        "[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. terminate called after throwing "
+        "an instance of 'std::runtime_error' what(): NCCL error: remote process exited or there was a network error, "
+        "NCCL version 2.14.3 ncclRemoteError: A call failed possibly due to a network error or a remote process "
+        "exiting prematurely. Last error: NET/IB : Got completion from peer 11.214.147.122<39138> with error 12, "
+        "opcode 0, len 0, vendor err 129"
+    )
+    assert (result.symptom, result.category, result.attribution) == (
+        vocab.Symptom.CRASH, C.NCCL_NETWORK_IB, A.HARDWARE)
+
+
+def test_the_proxy_report_defers_to_the_error_logged_before_it() -> None:
+    result = _analyze(
+        "a1:183006:183220 [1] misc/socket.cc:518 NCCL WARN Net : Call to recv from 10.2.8.7<58355> failed : "
+        "Broken pipe",
+        "a1:183006:183220 [1] proxy.cc:1119 NCCL WARN [Proxy Service 9] Failed to execute operation Connect from "
+        "rank 9, retcode 6",
+    )
+    assert result.category == C.NCCL_NETWORK_IB
+
+
+def test_the_store_based_barrier_timeout_is_a_rendezvous_failure() -> None:
+    result = _analyze(
+        "RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for key: "
+        "store_based_barrier_key:1 (world_size=2, worker_count=1, timeout=0:30:00)"
+    )
+    assert (result.category, result.attribution) == (C.RENDEZVOUS_FAILURE, A.UNKNOWN)
