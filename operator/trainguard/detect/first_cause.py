@@ -58,6 +58,17 @@ _CASCADE_TEXT = re.compile(
     r"|\bAborted\b|\bTerminated\b|process group .*(?:aborted|destroyed)|heartbeat monitor"
 )
 
+SCHEDULER_DECISIONS = frozenset({"slurm.cancelled", "slurm.cancelled_time_limit", "slurm.cancelled_preemption"})
+"""Catalog entries for a job the scheduler ended by decision (a cancel, the time limit, preemption):
+the node in ``*** JOB 1 ON node3 CANCELLED ...`` is where slurmstepd ran, not what failed, so such a
+first cause names no suspect (naming it would make a busy node look like a lemon). A cancel for a
+node failure keeps its node."""
+
+_PEER_GONE_PATTERNS = frozenset({"nccl.error_remote", "nccl.socket_connection_error"})
+"""Network evidence that only says a peer's connection went away (ncclRemoteError, a socket reset or
+closed by the peer). By the pattern, not the line's text: an IB completion error quoted on the same
+line as "remote process exited" is still hardware evidence."""
+
 _WRAPPED_REASON = re.compile(r"terminated with exception: ")
 """The watchdog's report of why it ended; only the text after it decides whether it is a cascade."""
 
@@ -92,6 +103,10 @@ def classify(evidence: anomalies.Evidence) -> Rank:
     """How strongly one line can be the first cause."""
     serious = evidence.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
     if evidence.category in HARDWARE_CATEGORIES:
+        if serious and evidence.pattern in _PEER_GONE_PATTERNS:
+            # "Connection reset/closed by peer", "remote process exited": the socket a peer held
+            # went away, which is what a dying peer looks like (item 5 above), not a link fault.
+            return Rank.CASCADE
         return Rank.HARDWARE if serious else Rank.HARDWARE_WARNING
     if not serious or evidence.category == C.NONE:
         return Rank.CONTEXT
@@ -177,7 +192,7 @@ def find_first_cause(
             node = node_of(rank) if node_of else None
             if node:
                 _add(nodes, node)
-    else:
+    elif first.pattern not in SCHEDULER_DECISIONS:
         _add_suspect(first, nodes, ranks, node_of)
         if not nodes and not ranks:  # the same event, reported again with its place (oom_kill + srun)
             for rank_class, _, item in ranked:
@@ -214,15 +229,18 @@ def find_first_cause(
 def _unwrap(ranked: list[tuple[Rank, int, anomalies.Evidence]]) -> list[tuple[Rank, int, anomalies.Evidence]]:
     """A wrapper line (``RuntimeError: <gloo timeout>``, ``DistBackendError: <NCCL error>``) is the
     line of the error it wraps: when the same line carries a serious non-wrapper category, the
-    wrapper's evidence is context, so the wrapped error's class (cause or cascade) decides."""
+    wrapper's evidence is context, so the wrapped error's class (cause or cascade) decides. A C++
+    ``terminate called after throwing`` line defers in the same way to its ``what():`` line."""
     wrapped_lines = {
         e.line
         for rank_class, _, e in ranked
         if rank_class < Rank.CONTEXT and e.category not in _WRAPPER_CATEGORIES and e.line > 0
     }
+    said_lines = {e.line for rank_class, _, e in ranked if rank_class < Rank.CONTEXT and e.line > 0}
     return [
         (Rank.CONTEXT, index, e)
-        if e.category in _WRAPPER_CATEGORIES and e.line in wrapped_lines
+        if (e.category in _WRAPPER_CATEGORIES and e.line in wrapped_lines)
+        or (e.pattern in _NEXT_LINE_WRAPPERS and e.line + 1 in said_lines)
         else (rank_class, index, e)
         for rank_class, index, e in ranked
     ]
@@ -244,6 +262,10 @@ def _hint(item: anomalies.Evidence, hints: Mapping[str, vocab.Attribution] | Non
 
 _WRAPPER_CATEGORIES = frozenset({C.PYTHON_EXCEPTION, C.NCCL_ERROR})
 """Categories of lines that wrap another error's text (a Python exception, an NCCL/watchdog report)."""
+
+_NEXT_LINE_WRAPPERS = frozenset({"segfault.cpp_terminate"})
+"""Catalog entries whose error is on the next line: ``terminate called after throwing an instance of
+'X'`` is followed by ``what(): <the error>``; when that line is recognised, it decides."""
 
 
 def _tie_break(item: anomalies.Evidence) -> tuple[int, int]:

@@ -166,12 +166,11 @@ async def test_a_second_anomaly_with_weaker_attribution_is_recorded_as_evidence_
     make_harness: scenario.MakeHarness,
 ) -> None:
     """The engine's own gate: the detector does report a more specific first cause (a Python
-    exception after torchrun's death-signal line, a cascade symptom) but its attribution
-    (application) is weaker than the advised one (system), so no second generation."""
+    exception after Slurm's preemption line) but its attribution (application) is weaker than the
+    advised one (system), so no second generation."""
     h = await make_harness()
     h.submit("27", "trainguard")
-    h.write("27", "torch.distributed.elastic.multiprocessing.api:Received Signals.SIGTERM death signal, "
-                  "shutting down workers")
+    h.write("27", "slurmstepd: error: *** JOB 27 ON node1 CANCELLED AT 2026-11-29T16:20:01 DUE TO PREEMPTION ***")
     await h.step()
     await h.settle()
     [first] = await h.records("27", vocab.AuditKind.VERDICT)
