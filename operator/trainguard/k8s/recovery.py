@@ -179,7 +179,9 @@ def _override(field: str) -> str:
 
 
 class Overrides(_Section):
-    """Per-workload overrides of policy fields (from the job's opt-in comment or annotation).
+    """Per-workload overrides of policy fields, applied by the engine on top of the job comment's
+    overrides and by the same rules: budgets (retries, exclusions) can only be lowered below the
+    policy's, and detection settings apply from the next attempt.
 
     The bounds are the policy's own (a unit test compares them with the policy schema)."""
 
@@ -196,6 +198,24 @@ class Overrides(_Section):
     max_excluded_nodes_per_job: int | None = Field(
         default=None, ge=0, le=MAX_NODES, description=_override("exclusion.maxExcludedNodesPerJob")
     )
+
+
+ENGINE_KEYS: Final[Mapping[str, str]] = {
+    "max_retries": "max-retries",
+    "max_attempts_without_checkpoint": "max-attempts-without-checkpoint",
+    "hang_timeout": "hang-timeout",
+    "max_excluded_nodes_per_job": "max-excluded-nodes",
+}
+"""``Overrides`` field -> the engine's override key (the opt-in comment's); ``mode`` goes its own way."""
+
+
+def engine_overrides(raw: Any) -> tuple[vocab.Mode | None, dict[str, Any]]:
+    """The forced mode and the other overrides of a WorkloadRecovery's ``spec.overrides`` (as read
+    from the API), in the engine's keys. Values the schema rejects raise pydantic's ValidationError."""
+    parsed = Overrides.model_validate(raw or {})
+    mode = vocab.Mode.MONITOR if parsed.mode == vocab.Mode.MONITOR else None
+    values = {key: getattr(parsed, field) for field, key in ENGINE_KEYS.items() if getattr(parsed, field) is not None}
+    return mode, values
 
 
 class WorkloadRecoverySpec(_Section):
