@@ -133,11 +133,27 @@ class Shell:
             self.engine.update_policies(self.book.policy_set())
         self.wake.set()
 
+    def workload_of(self, body: dict[str, Any]) -> str | None:
+        """The engine's workload id a WorkloadRecovery is about: our annotation on the objects we
+        create, else its ``spec.workload`` (an object a person created, e.g. to force Monitor before
+        the job is seen). An empty ``cluster`` means this operator's only scheduler: the job is
+        looked up among the tracked ones by id (None until it is tracked)."""
+        workload = ((body.get("metadata") or {}).get("annotations") or {}).get(status.WORKLOAD_ANNOTATION)
+        if workload:
+            return str(workload)
+        ref = (body.get("spec") or {}).get("workload") or {}
+        if ref.get("kind") != recovery.WorkloadKind.SLURM_JOB or not ref.get("id"):
+            return None
+        if ref.get("cluster"):
+            return f"slurm/{ref['cluster']}/{ref['id']}"
+        tracked = self.engine.runtimes if self.engine is not None else {}
+        return next((w for w in tracked if w.startswith("slurm/") and w.endswith(f"/{ref['id']}")), None)
+
     def override_mode(self, body: dict[str, Any], deleted: bool) -> None:
         """A WorkloadRecovery's ``spec.overrides`` apply to its workload: ``mode: Monitor`` forces
         Monitor (Action never raises authority, k8s/recovery.py, so it clears the override); the
         budgets and the hang timeout go to the engine as per-workload overrides."""
-        workload = ((body.get("metadata") or {}).get("annotations") or {}).get(status.WORKLOAD_ANNOTATION)
+        workload = self.workload_of(body)
         if not workload:
             return
         try:

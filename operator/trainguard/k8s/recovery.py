@@ -105,20 +105,17 @@ def transition(source: Phase | None, target: Phase) -> Phase:
 
 
 class WorkloadKind(enum.StrEnum):
-    """Kinds of workload Trainguard watches."""
+    """Kinds of workload Trainguard watches. Only what the operator serves today: a kind is added
+    here (and to ``ID_PATTERNS``) with the scheduler adapter that recovers it (JobSet next), so the
+    schema never accepts a WorkloadRecovery nothing acts on."""
 
     SLURM_JOB = "SlurmJob"
-    JOBSET = "JobSet"
 
 
 ID_PATTERNS: Final[Mapping[WorkloadKind, tuple[str, str]]] = {
     WorkloadKind.SLURM_JOB: (
         r"^[0-9]{1,10}(_[0-9]{1,10})?$",
         "a SlurmJob id is a Slurm job id such as 1234, or 1234_7 for an array task",
-    ),
-    WorkloadKind.JOBSET: (
-        r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
-        "a JobSet id is the name of a JobSet in this WorkloadRecovery's namespace (DNS-1123 label)",
     ),
 }
 """Kind -> (regex of ``workload.id``, message). Checked by pydantic and, as CEL, by the apiserver."""
@@ -147,7 +144,7 @@ class WorkloadRef(_Section):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _id_rules()})
 
-    kind: WorkloadKind = Field(description="SlurmJob (plain Slurm or Slinky) or JobSet.")
+    kind: WorkloadKind = Field(description="SlurmJob (plain Slurm or Slinky).")
     cluster: str = Field(
         default="",
         max_length=253,
@@ -158,7 +155,7 @@ class WorkloadRef(_Section):
     id: str = Field(
         min_length=1,
         max_length=253,
-        description="SlurmJob: the Slurm job id (1234 or 1234_7). JobSet: its name, in this namespace.",
+        description="The Slurm job id (1234, or 1234_7 for an array task).",
     )
 
     @model_validator(mode="after")
@@ -219,15 +216,9 @@ def engine_overrides(raw: Any) -> tuple[vocab.Mode | None, dict[str, Any]]:
 
 
 class WorkloadRecoverySpec(_Section):
-    """What to watch and under which policy."""
+    """What is watched, and the per-workload overrides (the policy in force is status: the job selects it)."""
 
     workload: WorkloadRef = Field(description="The watched workload; immutable.")
-    policy: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-        description="Name of the RecoveryPolicy in force (selector.policyName or metadata.name).",
-    )
     overrides: Overrides = Field(default_factory=Overrides, description="Per-workload overrides.")
 
 
@@ -272,6 +263,12 @@ class WorkloadRecoveryStatus(_Section):
 
     observed_generation: int | None = Field(default=None, ge=0, description="metadata.generation last handled.")
     phase: Phase | None = Field(default=None, description="Phase; see the transition table in k8s/recovery.py.")
+    policy: str = Field(
+        default="",
+        max_length=253,
+        description="Name of the RecoveryPolicy the job selected (selector.policyName or metadata.name); "
+        "see the PolicyResolved condition for whether one is in force.",
+    )
     attempt: int = Field(default=0, ge=0, description="Current attempt (Slurm restart count + 1, JobSet restarts + 1).")
     restarts: int = Field(default=0, ge=0, description="Restarts done on our advice.")
     excluded_nodes: list[NodeName] = Field(
