@@ -2,8 +2,8 @@
 
 Place in the loop: the bottom of ``store/``. ``audit.py`` (the repository) is the only
 module that queries these tables; nothing outside ``store/`` sees an ORM object. The
-Alembic migration ``alembic/versions/0001_initial.py`` creates the same schema; a test
-compares the two.
+Alembic migrations (``alembic/versions/``: ``0001_initial.py``, ``0003_fencing.py``) create the
+same schema; a test compares the two.
 
 Portability (SQLite, PostgreSQL, MySQL/MariaDB): only generic types; JSON is SQLAlchemy
 ``JSON``; timestamps are ``UtcDateTime`` (timezone-aware on PostgreSQL, microsecond
