@@ -10,13 +10,17 @@ Place in the loop: the outermost shell, beside ``cli/run.py`` (standalone). It w
   of the engine (``k8s/status.py``) by a reconcile loop (level-triggered, every
   ``status_interval_s`` and at once after each audit record), and garbage-collected
   ``retention_s`` after the engine stopped tracking the job;
-- ``spec.overrides.mode: Monitor`` on a WorkloadRecovery forces Monitor for that workload;
+- ``spec.overrides`` of a WorkloadRecovery apply to its workload (``mode: Monitor`` forces Monitor; the
+  budgets and the hang timeout become per-workload overrides in the engine);
+- RecoveryPolicy name clashes across namespaces are resolved by one rule (``k8s/policies.py``);
 - Events for anomalies, verdicts, advice and outcomes (``k8s/events.py``).
 
 The cluster-wide Action switch (``allow_action``) sits on top of every policy's mode. One instance
 acts: standalone (one replica, Recreate strategy), or, with ``peering``, only the replica holding a
 coordination.k8s.io Lease runs the engine and the reconcile loop (``k8s/lease.py``); the others
-keep watching and take over when the Lease expires. The audit store stays the durable log; status
+keep watching and take over when the Lease expires. Each term claims a fencing token in the audit
+store that every scheduler mutation carries, and a replica that loses the Lease cancels its
+in-flight recoveries at once. The audit store stays the durable log; status
 and Events are the view.
 """
 

@@ -3,8 +3,9 @@
 Place in the loop: the last step, reporting (``kubectl get recoveries``). The operator creates one
 WorkloadRecovery per opted-in workload (a Slurm job or a JobSet), writes the engine's view into its
 ``status`` (phase, attempt, last anomaly and verdict, current advice and its disposition, recent
-history) and garbage-collects it when the workload is gone. ``spec`` names the workload, its policy
-and the per-workload overrides.
+history, the policy the job selected) and garbage-collects it when the workload is gone. ``spec``
+names the workload and holds the per-workload overrides, which the operator applies (every field of
+``Overrides`` reaches the engine: ``engine_overrides``).
 
 These pydantic models are the single source of the CRD schema: ``k8s/crds.py`` generates the
 OpenAPI (and the CEL rules below, which are data here, so the Python check and the apiserver check
