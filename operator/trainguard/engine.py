@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from trainguard import health as health_mod
 from trainguard import settings as settings_mod
 from trainguard.act import executor as executor_mod
+from trainguard.act import ports as act_ports
 from trainguard.act import undrain
 from trainguard.attribute import allocation as alloc
 from trainguard.attribute import external, lemon, rules
@@ -108,6 +109,7 @@ class Engine:
         settings: settings_mod.EngineSettings,
         listeners: Sequence[Listener] = (),
         health: health_mod.Health | None = None,
+        fence: act_ports.Fence = act_ports.ALWAYS_LEADER,
     ) -> None:
         self.scheduler = scheduler
         self.health = health if health is not None else health_mod.Health()
@@ -118,11 +120,13 @@ class Engine:
         self.clock = clock_
         self.settings = settings
         self.listeners = list(listeners)
-        self.executor = executor_mod.Executor(scheduler, store, clock_, blast_limit=self._blast_limit)
+        self.executor = executor_mod.Executor(scheduler, store, clock_, blast_limit=self._blast_limit, fence=fence)
         self.discovery = discovery.JobDiscovery(scheduler, clock_)
         self.undrainer = undrain.Undrainer(scheduler, store, clock_, self._undrain_rule)
         self.runtimes: dict[str, WorkloadRuntime] = {}
         self.mode_overrides: dict[str, vocab.Mode] = {}
+        self.workload_overrides: dict[str, dict[str, object]] = {}
+        """Workload -> policy overrides set by the shell (WorkloadRecovery ``spec.overrides``)."""
         self._matchers: dict[str, matcher_mod.Matcher] = {}
         """Compiled matchers by the policy's extra patterns (most policies share ``_base_matcher``)."""
         self._base_matcher = matcher_mod.build_matcher(catalog)
@@ -153,6 +157,19 @@ class Engine:
         for rt in self.runtimes.values():
             for t in rt.tailers:
                 t.close()
+
+    def abort(self) -> None:
+        """Stop every in-flight recovery now (leadership lost): cancel their tasks.
+
+        Like a crash of this process: a step whose intent is committed but whose result is not is
+        resumed by whoever acts next (the new leader), which re-reads the scheduler first; the
+        watchdog there releases any hold of ours. Call it before setting ``run``'s stop event, so
+        that ``run`` does not wait for them.
+        """
+        for rt in self.runtimes.values():
+            if rt.task is not None and not rt.task.done():
+                logger.warning("%s: recovery %s stopped (not the leader any more)", rt.workload, rt.task.get_name())
+                rt.task.cancel()
 
     async def recover(self) -> None:
         """On start: the watchdog releases leftover holds of ours; pending advice is resumed."""
@@ -242,6 +259,10 @@ class Engine:
         if policy is None:
             return None, [route.reason], route
         spec, errors = overrides.resolve(policy.spec, opt_in)
+        extra = self.workload_overrides.get(job.workload)
+        if extra:  # after the comment's, by the same rules (budgets can only be lowered)
+            spec, more = overrides.resolve(spec, overrides.OptIn(overrides=dict(extra)))
+            errors = [*errors, *more]
         forced = self.mode_overrides.get(job.workload)
         if forced is not None:
             spec = spec.model_copy(update={"mode": forced})
@@ -262,6 +283,16 @@ class Engine:
             self.mode_overrides.pop(workload, None)
         else:
             self.mode_overrides[workload] = mode
+        self._refresh_specs()
+
+    def set_workload_overrides(self, workload: str, values: dict[str, object]) -> None:
+        """Per-workload policy overrides from the shell, keyed like the opt-in comment's
+        (``max-retries``, ``hang-timeout`` in seconds, ...); empty removes them. They apply on top of
+        the comment's, by the same rules; detection settings apply from the next attempt."""
+        if values:
+            self.workload_overrides[workload] = dict(values)
+        else:
+            self.workload_overrides.pop(workload, None)
         self._refresh_specs()
 
     def _refresh_specs(self) -> None:

@@ -29,6 +29,12 @@ generations that would have run in a Monitor policy's actions-per-hour window).
 A hold step records how the scheduler shows the hold right after it (``watchdog.HOLD_SEEN``);
 the ``release`` step (e.g. after a retry backoff) releases only a hold that still looks so, and
 leaves a person's hold alone (see ``watchdog``).
+
+Fencing (several replicas, one acting): every scheduler mutation first asks the ``ports.Fence``
+for the current leadership token and commits (or re-reads, when resuming) its intent row with that
+token; the store refuses the intent in the same transaction when a newer leader has claimed. A
+refused or locally lost token (``actions.FencedError``) stops this generation where it is, without
+calling the scheduler and without closing it: the new leader resumes it from the action rows.
 """
 
 from __future__ import annotations
@@ -55,13 +61,14 @@ class Executor:
 
     def __init__(
         self, scheduler: ports.JobScheduler, ledger: ports.Ledger, clock_: clock.Clock, *,
-        blast_limit: BlastLimit | None = None,
+        blast_limit: BlastLimit | None = None, fence: ports.Fence = ports.ALWAYS_LEADER,
     ) -> None:
         self._scheduler = scheduler
         self._ledger = ledger
         self._clock = clock_
         self._blast_limit = blast_limit
-        self.watchdog = watchdog.Watchdog(scheduler, ledger, clock_)
+        self._fence = fence
+        self.watchdog = watchdog.Watchdog(scheduler, ledger, clock_, fence=fence)
 
     async def reconcile(self, item: advice.Advice) -> vocab.Disposition:
         """Bring the scheduler to ``item``'s desired state (or record what would be done)."""
@@ -69,14 +76,32 @@ class Executor:
         closed = await self._ledger.get_outcome(item.workload, item.attempt, item.generation)
         if closed is not None:
             return closed.disposition
-        job_id = await self._ledger.job_id_of(item.workload)
-        if job_id is None:
-            return await self.watchdog.abandon(item, f"no scheduler job id recorded for workload {item.workload}")
         try:
-            return await self._reconcile(item, job_id)
-        except Exception as exc:  # scheduler errors and anything unexpected: fall back, never leave it held
-            logger.exception("executor failed on %s generation %d", item.workload, item.generation)
-            return await self.watchdog.abandon(item, f"executor error: {type(exc).__name__}: {exc}")
+            job_id = await self._ledger.job_id_of(item.workload)
+            if job_id is None:
+                return await self.watchdog.abandon(item, f"no scheduler job id recorded for workload {item.workload}")
+            try:
+                return await self._reconcile(item, job_id)
+            except actions.FencedError:
+                raise
+            except Exception as exc:  # scheduler errors and anything unexpected: fall back, never leave it held
+                logger.exception("executor failed on %s generation %d", item.workload, item.generation)
+                return await self.watchdog.abandon(item, f"executor error: {type(exc).__name__}: {exc}")
+        except actions.FencedError as exc:
+            return await self._fenced(item, exc)
+
+    async def _fenced(self, item: advice.Advice, exc: actions.FencedError) -> vocab.Disposition:
+        """Leadership is lost: stop here, leave the generation pending for the new leader, say so."""
+        logger.warning("%s attempt %d generation %d: not the leader any more, stopping before the scheduler "
+                       "is touched (%s); the new leader resumes it", item.workload, item.attempt, item.generation, exc)
+        try:
+            await self._ledger.record_watchdog(
+                workload=item.workload, attempt=item.attempt, generation=item.generation, at=self._clock.now(),
+                payload={"reason": f"fenced: {exc}", "fenced": True, "action": item.action.value},
+            )
+        except Exception:  # the trail note is best effort; the refusal itself already held
+            logger.exception("cannot record the fenced stop of %s generation %d", item.workload, item.generation)
+        return vocab.Disposition.PENDING
 
     async def _observe(self, item: advice.Advice, job_id: str) -> steps.Observation:
         job = await self._scheduler.get_job(job_id)
@@ -199,9 +224,13 @@ class Executor:
                 else:
                     await self._finish(item, step, actions.ActionStatus.SKIPPED, left.error)
                 return left.error
+        # Fenced: the intent is committed (or, resuming, re-read) with the current leadership token in
+        # one transaction, and the token is checked once more right before the call.
+        intent = self._row(item, step, actions.ActionStatus.INTENT)
         if row is None:
-            intent = _with_added_nodes(self._row(item, step, actions.ActionStatus.INTENT), step, seen)
-            await self._ledger.begin_action(intent, at=self._clock.now())
+            intent = _with_added_nodes(intent, step, seen)
+        await self._ledger.begin_action(intent, at=self._clock.now(), fence=self._fence.token())
+        self._fence.token()
         try:
             await step.run(self._scheduler)
         except Exception as exc:

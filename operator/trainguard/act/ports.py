@@ -59,7 +59,9 @@ class Ledger(Protocol):
 
     async def pending_advice(self) -> list[advice.Advice]: ...
 
-    async def begin_action(self, record: actions.ActionRecord, *, at: float) -> actions.ActionRecord: ...
+    async def begin_action(
+        self, record: actions.ActionRecord, *, at: float, fence: actions.FenceToken | None = None,
+    ) -> actions.ActionRecord: ...
 
     async def finish_action(
         self, *, workload: str, attempt: int, generation: int, step: str, status: actions.ActionStatus,
@@ -79,3 +81,25 @@ class Ledger(Protocol):
     async def record_watchdog(
         self, *, workload: str, attempt: int, generation: int, payload: dict[str, object], at: float,
     ) -> None: ...
+
+
+class Fence(Protocol):
+    """Leadership as the executor and the watchdog see it, consulted before every scheduler mutation.
+
+    The engine knows nothing about how leadership is decided (a Kubernetes Lease, ``k8s/lease.py``);
+    it only asks for the token to fence the next mutation with. ``token`` raises
+    ``actions.FencedError`` when this instance knows it is no longer the leader; it returns None when
+    there is nothing to fence (one standalone instance, ``ALWAYS_LEADER``).
+    """
+
+    def token(self) -> actions.FenceToken | None: ...
+
+
+class AlwaysLeader:
+    """The fence of a standalone run: one instance, always acting, no token to check."""
+
+    def token(self) -> actions.FenceToken | None:
+        return None
+
+
+ALWAYS_LEADER: Fence = AlwaysLeader()

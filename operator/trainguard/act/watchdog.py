@@ -7,6 +7,10 @@ key with no completed release), writes a ``watchdog`` audit record and closes th
 generation as Abandoned. A job is never left held by us: ``recover`` runs on engine start
 and releases holds whose generation is closed (or past its deadline) without a release.
 
+Fenced like the executor (``ports.Fence``): a replica that is no longer the leader neither
+releases nor closes anything (``actions.FencedError`` propagates); the new leader's ``recover``
+does it.
+
 Deliberate exception: a generation whose advice *is* a hold and that converged keeps its
 hold (that is the desired state; an operator or a later advice releases it).
 
@@ -107,13 +111,18 @@ class HoldRelease(NamedTuple):
 class Watchdog:
     """Deadline enforcement and hold release for one scheduler and one audit store."""
 
-    def __init__(self, scheduler: ports.JobScheduler, ledger: ports.Ledger, clock_: clock.Clock) -> None:
+    def __init__(self, scheduler: ports.JobScheduler, ledger: ports.Ledger, clock_: clock.Clock, *,
+                 fence: ports.Fence = ports.ALWAYS_LEADER) -> None:
         self._scheduler = scheduler
         self._ledger = ledger
         self._clock = clock_
+        self._fence = fence
 
     async def abandon(self, item: advice.Advice, reason: str) -> vocab.Disposition:
-        """Release our hold (if any), record the watchdog intervention, close the generation."""
+        """Release our hold (if any), record the watchdog intervention, close the generation.
+
+        Raises ``actions.FencedError`` (closing nothing) when this instance is no longer the leader."""
+        self._fence.token()
         released, release_error, _ = await self.release_our_hold(item)
         payload: dict[str, object] = {"reason": reason, "released_hold": released, "action": item.action.value}
         if release_error:
@@ -159,8 +168,11 @@ class Watchdog:
             await self._ledger.begin_action(actions.ActionRecord(
                 workload=item.workload, attempt=item.attempt, generation=item.generation, step=RELEASE_STEP,
                 operation=actions.Operation.RELEASE, args={"job_id": job_id}, decided_by=vocab.Decider.WATCHDOG,
-            ), at=self._clock.now())
+            ), at=self._clock.now(), fence=self._fence.token())
+            self._fence.token()
             await self._scheduler.release(job_id)
+        except actions.FencedError:
+            raise
         except Exception as exc:  # any scheduler failure: record it, the next recover() retries
             error = f"{type(exc).__name__}: {exc}"
             if any(r.step == RELEASE_STEP for r in await self._ledger.actions_for(
@@ -178,9 +190,16 @@ class Watchdog:
         """Abandon pending generations whose deadline has passed; returns them."""
         now = self._clock.now()
         expired = [a for a in await self._ledger.pending_advice() if a.deadline is not None and now >= a.deadline]
+        done: list[advice.Advice] = []
         for item in expired:
-            await self.abandon(item, f"deadline passed ({now - (item.deadline or now):.0f} s ago) before convergence")
-        return expired
+            try:
+                late = now - (item.deadline or now)
+                await self.abandon(item, f"deadline passed ({late:.0f} s ago) before convergence")
+            except actions.FencedError as exc:
+                logger.warning("watchdog sweep stopped: not the leader any more (%s)", exc)
+                break
+            done.append(item)
+        return done
 
     async def recover(self) -> list[advice.Advice]:
         """On engine start: time out expired generations, then release any leftover hold of ours.
@@ -200,7 +219,11 @@ class Watchdog:
                 continue  # still pending within its deadline: the executor resumes it
             if item.action is vocab.AdviceAction.HOLD and outcome.disposition is vocab.Disposition.CONVERGED:
                 continue  # the hold is the desired state
-            done, error, foreign = await self.release_our_hold(item)
+            try:
+                done, error, foreign = await self.release_our_hold(item)
+            except actions.FencedError as exc:
+                logger.warning("watchdog recover stopped: not the leader any more (%s)", exc)
+                break
             if done or error:
                 await self._ledger.record_watchdog(
                     workload=workload, attempt=attempt, generation=generation, at=self._clock.now(),

@@ -172,16 +172,16 @@ def recovery_policy_crd() -> dict[str, Any]:
 def workload_recovery_crd() -> dict[str, Any]:
     """The WorkloadRecovery CRD, from ``k8s/recovery.py``; short name ``recoveries`` for kubectl."""
     schema = _root(
-        "WorkloadRecovery: Trainguard's view of one watched workload (a Slurm job or a JobSet): phase, "
+        "WorkloadRecovery: Trainguard's view of one watched workload (a Slurm job): phase, "
         "attempt, last anomaly and verdict, current advice. Created and updated by the operator.",
         structural(recovery.WorkloadRecoverySpec),
         structural(recovery.WorkloadRecoveryStatus),
         spec_required=True,
     )
     columns = [
-        _column("Workload", ".spec.workload.id", description="Slurm job id or JobSet name."),
+        _column("Workload", ".spec.workload.id", description="Slurm job id."),
         _column("Kind", ".spec.workload.kind", priority=1),
-        _column("Policy", ".spec.policy", priority=1),
+        _column("Policy", ".status.policy", priority=1),
         _column("Phase", ".status.phase"),
         _column("Attempt", ".status.attempt", "integer"),
         _column("Last Anomaly", ".status.lastAnomaly.category"),
@@ -196,7 +196,7 @@ def workload_recovery_crd() -> dict[str, Any]:
         short_names=["wr", "recovery", "recoveries"],
         schema=schema,
         columns=columns,
-        selectable=[".spec.workload.kind", ".spec.policy"],
+        selectable=[".spec.workload.kind"],
     )
 
 

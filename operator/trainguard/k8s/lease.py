@@ -12,6 +12,12 @@ reduced to what we need:
 - a holder that could not renew for ``renew_deadline_s`` (shorter than the lease duration) steps
   down *before* anyone else may take over, and a holder that stops releases the Lease at once.
 
+Fencing: leadership by the Lease alone is not enough, since a replica learns it lost the Lease only
+at its next renewal, and a paused process learns nothing until it runs again. So each term as leader
+starts with a claim in the shared audit store (``AuditStore.claim_leadership``: a term one higher
+than the last claim), and ``LeaseFence`` hands the executor that token only while this replica still
+holds the Lease by its own clock; the store refuses an intent whose token is not the latest claim.
+
 kopf's own peering is not used for this: it pauses kopf's handlers, but the engine runs beside
 them; the Lease ties exactly the acting part to exactly one replica.
 """
@@ -26,6 +32,7 @@ from typing import Any, Final
 import aiohttp
 
 from trainguard.k8s import api as api_mod
+from trainguard.model import actions
 from trainguard.model import clock as clock_mod
 
 logger = logging.getLogger(__name__)
@@ -139,6 +146,11 @@ class Elector:
                         holder or "free")
         return True
 
+    def holds(self) -> bool:
+        """Whether this candidate leads and renewed within the renew deadline, by its own clock: the
+        condition under which it may still act (it steps down at the deadline in ``step`` anyway)."""
+        return self.leading and self.clock.now() - self._renewed_at < self.timing.renew_deadline_s
+
     async def release(self) -> None:
         """Give the Lease up at once (a clean stop), so another replica need not wait for expiry."""
         if not self.leading:
@@ -154,3 +166,22 @@ class Elector:
             logger.info("lease %s/%s released by %s", self.namespace, self.name, self.identity)
         except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
             logger.warning("lease %s/%s not released (it expires by itself): %s", self.namespace, self.name, exc)
+
+
+class LeaseFence:
+    """``act.ports.Fence`` of one term as leader: the store's token while the Lease is held.
+
+    ``token`` raises ``actions.FencedError`` as soon as the elector lost the Lease or could not renew
+    it within the renew deadline, so no scheduler mutation starts after that; the store checks the
+    token again (a newer claim by another replica refuses it).
+    """
+
+    def __init__(self, elector: Elector, token: actions.FenceToken) -> None:
+        self.elector = elector
+        self._token = token
+
+    def token(self) -> actions.FenceToken:
+        if not self.elector.holds():
+            raise actions.FencedError(f"{self._token.describe()}: Lease {self.elector.namespace}/{self.elector.name} "
+                                      "lost or not renewed within the renew deadline")
+        return self._token

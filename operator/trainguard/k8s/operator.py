@@ -10,13 +10,17 @@ Place in the loop: the outermost shell, beside ``cli/run.py`` (standalone). It w
   of the engine (``k8s/status.py``) by a reconcile loop (level-triggered, every
   ``status_interval_s`` and at once after each audit record), and garbage-collected
   ``retention_s`` after the engine stopped tracking the job;
-- ``spec.overrides.mode: Monitor`` on a WorkloadRecovery forces Monitor for that workload;
+- ``spec.overrides`` of a WorkloadRecovery apply to its workload (``mode: Monitor`` forces Monitor; the
+  budgets and the hang timeout become per-workload overrides in the engine);
+- RecoveryPolicy name clashes across namespaces are resolved by one rule (``k8s/policies.py``);
 - Events for anomalies, verdicts, advice and outcomes (``k8s/events.py``).
 
 The cluster-wide Action switch (``allow_action``) sits on top of every policy's mode. One instance
 acts: standalone (one replica, Recreate strategy), or, with ``peering``, only the replica holding a
 coordination.k8s.io Lease runs the engine and the reconcile loop (``k8s/lease.py``); the others
-keep watching and take over when the Lease expires. The audit store stays the durable log; status
+keep watching and take over when the Lease expires. Each term claims a fencing token in the audit
+store that every scheduler mutation carries, and a replica that loses the Lease cancels its
+in-flight recoveries at once. The audit store stays the durable log; status
 and Events are the view.
 """
 
@@ -37,10 +41,12 @@ from typing import Any, Final
 
 import aiohttp
 import kopf
+from pydantic import ValidationError
 
 from trainguard import engine as engine_mod
 from trainguard import health as health_mod
 from trainguard import settings as settings_mod
+from trainguard.act import ports as act_ports
 from trainguard.detect import catalog as catalog_mod
 from trainguard.http import app as http_app
 from trainguard.k8s import api as api_mod
@@ -121,6 +127,8 @@ class Shell:
     records: asyncio.Queue[tuple[str, str, dict[str, object]]] = field(
         default_factory=lambda: asyncio.Queue(maxsize=REPORT_QUEUE))
     """Workload -> forced mode from WorkloadRecovery ``spec.overrides.mode`` (kept across terms)."""
+    policy_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Workload -> the other WorkloadRecovery overrides, in the engine's keys (kept across terms)."""
     engine_settings: settings_mod.EngineSettings = field(default_factory=settings_mod.EngineSettings)
     untracked_since: dict[str, float] = field(default_factory=dict)
     stats: status.SyncStats = field(default_factory=status.SyncStats)
@@ -139,14 +147,46 @@ class Shell:
             self.engine.update_policies(self.book.policy_set())
         self.wake.set()
 
-    def override_mode(self, body: dict[str, Any], deleted: bool) -> None:
-        """``spec.overrides.mode: Monitor`` on a WorkloadRecovery forces Monitor for its workload.
-        Action never raises authority (k8s/recovery.py), so it clears the override."""
+    def workload_of(self, body: dict[str, Any]) -> str | None:
+        """The engine's workload id a WorkloadRecovery is about: our annotation on the objects we
+        create, else its ``spec.workload`` (an object a person created, e.g. to force Monitor before
+        the job is seen). An empty ``cluster`` means this operator's only scheduler: the job is
+        looked up among the tracked ones by id (None until it is tracked)."""
         workload = ((body.get("metadata") or {}).get("annotations") or {}).get(status.WORKLOAD_ANNOTATION)
+        if workload:
+            return str(workload)
+        ref = (body.get("spec") or {}).get("workload") or {}
+        if ref.get("kind") != recovery.WorkloadKind.SLURM_JOB or not ref.get("id"):
+            return None
+        if ref.get("cluster"):
+            return f"slurm/{ref['cluster']}/{ref['id']}"
+        tracked = self.engine.runtimes if self.engine is not None else {}
+        return next((w for w in tracked if w.startswith("slurm/") and w.endswith(f"/{ref['id']}")), None)
+
+    def override_mode(self, body: dict[str, Any], deleted: bool) -> None:
+        """A WorkloadRecovery's ``spec.overrides`` apply to its workload: ``mode: Monitor`` forces
+        Monitor (Action never raises authority, k8s/recovery.py, so it clears the override); the
+        budgets and the hang timeout go to the engine as per-workload overrides."""
+        workload = self.workload_of(body)
         if not workload:
             return
-        mode = ((body.get("spec") or {}).get("overrides") or {}).get("mode")
-        wanted = vocab.Mode.MONITOR if mode == vocab.Mode.MONITOR and not deleted else None
+        try:
+            mode, values = recovery.engine_overrides((body.get("spec") or {}).get("overrides"))
+        except ValidationError as exc:  # the CRD schema has the same bounds; only a stale schema gets here
+            logger.warning("%s: WorkloadRecovery overrides ignored: %s", workload, exc)
+            mode, values = None, {}
+        if deleted:
+            mode, values = None, {}
+        if self.policy_overrides.get(workload, {}) != values:
+            if values:
+                self.policy_overrides[workload] = values
+            else:
+                self.policy_overrides.pop(workload, None)
+            logger.info("%s: policy overrides %s", workload, values or "cleared")
+            if self.engine is not None:
+                self.engine.set_workload_overrides(workload, dict(values))
+                self.wake.set()
+        wanted = mode
         if self.overrides.get(workload) == wanted:
             return
         if wanted is None:
@@ -308,6 +348,7 @@ class Shell:
     async def _policy_statuses(self) -> None:
         assert self.api is not None and self.engine is not None
         verdicts = self.book.verdicts()
+        conflicts = self.book.conflicts()
         covered: dict[str, int] = {}
         for rt in self.engine.runtimes.values():
             if rt.spec is not None:
@@ -315,7 +356,8 @@ class Shell:
         for key, entry in list(self.book.entries.items()):
             previous = policies.parse_status(entry.status)
             name = entry.policy.name if entry.policy is not None else ""
-            desired = policies.status_of(entry, verdicts[key], covered.get(name, 0), previous, self.now())
+            desired = policies.status_of(entry, verdicts[key], covered.get(name, 0), previous, self.now(),
+                                         conflict=conflicts.get(key))
             if desired == previous:
                 continue
             body = {"metadata": {"resourceVersion": entry.resource_version},
@@ -367,6 +409,7 @@ class Shell:
         context = audit.AuditContext(policy_version="kubernetes", catalog_version=catalog.version,
                                      settings_fingerprint=engine_settings.fingerprint())
         self.store = await database.open_store(config.db_url, context=context)
+        self.book.home = config.workload_namespace  # its policies win name clashes (k8s/policies.py)
         # Policies first, so a job failing in the first seconds is already covered.
         for namespace in config.namespaces or (None,):
             for body in await _patiently(functools.partial(self._list_policies, namespace)):
@@ -386,24 +429,37 @@ class Shell:
                     f"lease {config.peering}" if config.peering else "standalone")
 
     async def _begin_term(self) -> None:
-        """Start acting: a fresh engine (which first resumes pending advice) and the reconcile loop."""
+        """Start acting: a fresh engine (which first resumes pending advice) and the reconcile loop.
+
+        With peering, the term first claims leadership in the audit store; every scheduler mutation
+        of the term is fenced with that token (``k8s/lease.py``)."""
         assert self.scheduler is not None and self.store is not None and self.catalog is not None
+        fence: act_ports.Fence = act_ports.ALWAYS_LEADER
+        if self.elector is not None:
+            token = await self.store.claim_leadership(self.elector.name, self.elector.identity, at=self.clock.now())
+            logger.info("leadership claimed in the audit store: %s", token.describe())
+            fence = lease.LeaseFence(self.elector, token)
         self.term_stop = asyncio.Event()
         self.engine = engine_mod.Engine(
             self.scheduler, self.store, self.book.policy_set(), self.catalog, clock_=self.clock,
-            settings=self.engine_settings, listeners=[self.on_record], health=self.health,
+            settings=self.engine_settings, listeners=[self.on_record], health=self.health, fence=fence,
         )
         self.health.standby = None
         for workload, mode in self.overrides.items():
             self.engine.set_mode_override(workload, mode)
+        for workload, values in self.policy_overrides.items():
+            self.engine.set_workload_overrides(workload, dict(values))
         self.term_tasks = [
             _spawn(self.engine.run(self.term_stop), "engine"),
             _spawn(self.reconcile_forever(self.term_stop), "workloadrecovery-reconcile"),
             _spawn(self.report_forever(self.term_stop), "workloadrecovery-report"),
         ]
 
-    async def _end_term(self) -> None:
-        """Stop acting: the engine stops discovery and waits for in-flight recoveries."""
+    async def _end_term(self, *, abort: bool = False) -> None:
+        """Stop acting: the engine stops discovery and waits for in-flight recoveries, or, with
+        ``abort`` (the Lease is lost: another replica may act already), cancels them at once."""
+        if abort and self.engine is not None:
+            self.engine.abort()
         self.term_stop.set()
         self.wake.set()
         tasks, self.term_tasks = self.term_tasks, []
@@ -420,10 +476,15 @@ class Shell:
             leading = await self.elector.step()
             if leading and self.engine is None:
                 logger.info("leading: starting the engine")
-                await self._begin_term()
+                try:
+                    await self._begin_term()
+                except Exception as exc:  # the store is unreachable: no claim, no token to act with
+                    logger.error("cannot claim leadership in the audit store (retrying at the next renewal): "
+                                 "%s: %s", type(exc).__name__, exc)
             elif not leading and self.engine is not None:
-                logger.warning("lost the lease: stopping the engine")
-                await self._end_term()
+                logger.warning("lost the lease: stopping the engine and its in-flight recoveries now")
+                await self._end_term(abort=True)
+                logger.warning("lost the lease: engine stopped")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), timeout=self.elector.timing.renew_interval_s)
 

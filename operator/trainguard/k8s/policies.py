@@ -6,6 +6,20 @@ what the CRD schema could not say (a non-portable operator pattern, a name two p
 as an ``Invalid`` condition with the field path in the message, never as a crash. The accepted ones
 form the PolicySet the engine runs with, swapped without a restart. ``status_of`` computes each
 object's status (conditions + observedGeneration + coveredWorkloads); the shell patches it on change.
+
+Name clashes. A Slurm job selects a policy by name only (``policy=NAME``), but RecoveryPolicy objects
+are namespaced, so one name can be used in several namespaces. Exactly one of them is in force, by
+this rule (``PolicyBook.verdicts``), the same whatever order the objects arrive in:
+
+1. the policy in the operator's own namespace (``--workload-namespace``, where it also creates the
+   WorkloadRecovery objects: the namespace of whoever runs Trainguard) wins;
+2. otherwise the oldest (``metadata.creationTimestamp``) wins, so creating a policy in another team's
+   namespace can never take over the jobs of an existing one;
+3. ties (same second) are broken by namespace name.
+
+The others are not in force: ``Accepted=False``/``Invalid=True`` with reason ``DuplicateName``. Every
+policy of a clash, the winner too, gets ``Conflicting=True`` whose message names the policy in force
+and the rule that chose it; a policy without a clash has ``Conflicting=False``.
 """
 
 from __future__ import annotations
@@ -28,6 +42,10 @@ VALIDATION_FAILED: Final = "ValidationFailed"
 """Accepted=False / Invalid=True: the spec does not validate; the message names the field."""
 DUPLICATE_NAME: Final = "DuplicateName"
 """Accepted=False / Invalid=True: another policy is already selected by the same name."""
+NAME_CLASH: Final = "NameClash"
+"""Conflicting=True: several policies are selected by the same name; the message names the one in force."""
+NO_CLASH: Final = "NoClash"
+"""Conflicting=False: no other policy is selected by this policy's name."""
 
 Key = tuple[str, str]
 """(namespace, metadata.name) of a RecoveryPolicy object."""
@@ -43,6 +61,8 @@ class Entry:
     policy: policy_model.RecoveryPolicy | None
     error: str | None
     status: Mapping[str, Any] | None = None
+    created: str = ""
+    """``metadata.creationTimestamp`` (RFC 3339, UTC: sorts as text); empty if unknown."""
 
 
 def read(body: Mapping[str, Any]) -> Entry:
@@ -69,6 +89,7 @@ def read(body: Mapping[str, Any]) -> Entry:
         policy=policy,
         error=error,
         status=body.get("status") if isinstance(body.get("status"), Mapping) else None,
+        created=str(metadata.get("creationTimestamp") or ""),
     )
 
 
@@ -77,6 +98,8 @@ class PolicyBook:
     """All RecoveryPolicy objects the operator watches, keyed by (namespace, name)."""
 
     entries: dict[Key, Entry] = field(default_factory=dict)
+    home: str = ""
+    """The operator's own namespace: its policy wins a name clash (rule 1 of the module docstring)."""
 
     def put(self, entry: Entry) -> None:
         self.entries[entry.key] = entry
@@ -84,25 +107,54 @@ class PolicyBook:
     def remove(self, key: Key) -> None:
         self.entries.pop(key, None)
 
+    def _rank(self, key: Key) -> tuple[int, str, str]:
+        """Order of precedence in a name clash: home namespace first, then oldest, then namespace."""
+        entry = self.entries[key]
+        return (0 if key[0] == self.home else 1, entry.created or "~", key[0])
+
+    def _why(self, key: Key) -> str:
+        if key[0] == self.home:
+            return "it is in the operator's namespace"
+        return "it is the oldest" if self.entries[key].created else "of namespace order"
+
     def verdicts(self) -> dict[Key, tuple[bool, str, str]]:
-        """Key -> (accepted, reason, message). Of two valid policies selected by the same name, the
-        older key (sorted) wins and the other is rejected, so the result does not depend on event order."""
+        """Key -> (accepted, reason, message). Of valid policies selected by the same name, one wins by
+        the clash rule (module docstring) and the others are rejected, whatever the event order."""
         result: dict[Key, tuple[bool, str, str]] = {}
-        owners: dict[str, Key] = {}
-        for key in sorted(self.entries):
-            entry = self.entries[key]
+        for key, entry in self.entries.items():
             if entry.policy is None:
                 result[key] = (False, VALIDATION_FAILED, entry.error or "invalid")
-                continue
-            name = entry.policy.name
-            if name in owners:
-                other = owners[name]
-                result[key] = (False, DUPLICATE_NAME,
-                               f"policy name {name!r} is already selected by RecoveryPolicy {other[0]}/{other[1]}")
-                continue
-            owners[name] = key
-            result[key] = (True, VALID, f"in force as {name!r}, mode {entry.policy.spec.mode}")
+        for name, keys in self._by_name().items():
+            winner = keys[0]
+            entry = self.entries[winner]
+            assert entry.policy is not None
+            result[winner] = (True, VALID, f"in force as {name!r}, mode {entry.policy.spec.mode}")
+            for other in keys[1:]:
+                result[other] = (False, DUPLICATE_NAME,
+                                 f"policy name {name!r} is already selected by RecoveryPolicy {winner[0]}/{winner[1]}, "
+                                 f"which is in force because {self._why(winner)}")
         return result
+
+    def conflicts(self) -> dict[Key, str]:
+        """Key -> message, for every valid policy whose name another valid policy also uses."""
+        result: dict[Key, str] = {}
+        for name, keys in self._by_name().items():
+            if len(keys) < 2:
+                continue
+            winner = keys[0]
+            names = ", ".join(f"{k[0]}/{k[1]}" for k in keys)
+            for key in keys:
+                result[key] = (f"policy name {name!r} is used by {names}; RecoveryPolicy {winner[0]}/{winner[1]} is in "
+                               f"force because {self._why(winner)} (rule: the operator's namespace, then the oldest)")
+        return result
+
+    def _by_name(self) -> dict[str, list[Key]]:
+        """Selected name -> keys of the valid policies using it, in order of precedence."""
+        groups: dict[str, list[Key]] = {}
+        for key, entry in self.entries.items():
+            if entry.policy is not None:
+                groups.setdefault(entry.policy.name, []).append(key)
+        return {name: sorted(keys, key=self._rank) for name, keys in groups.items()}
 
     def policy_set(self) -> loader.PolicySet:
         """The accepted policies, for ``engine.update_policies``."""
@@ -121,22 +173,33 @@ def status_of(
     covered: int,
     previous: policy_status.RecoveryPolicyStatus | None,
     now: datetime.datetime,
+    *,
+    conflict: str | None = None,
 ) -> policy_status.RecoveryPolicyStatus:
-    """The status one policy should have (transition times kept while a condition holds)."""
+    """The status one policy should have (transition times kept while a condition holds).
+
+    ``conflict`` is the clash message of ``PolicyBook.conflicts`` (None: no clash); an invalid
+    policy gets no Conflicting condition, as it selects nothing."""
     accepted, reason, message = verdict
     before = {c.type: c for c in (previous.conditions if previous is not None else [])}
     T, F = condition.ConditionStatus.TRUE, condition.ConditionStatus.FALSE
 
-    def make(type_: str, status: condition.ConditionStatus) -> condition.Condition:
+    def make(type_: str, status: condition.ConditionStatus, why: str = reason,
+             text: str = message) -> condition.Condition:
         old = before.get(type_)
         since = old.last_transition_time if old is not None and old.status == status else now
-        return condition.Condition(type=type_, status=status, reason=reason, message=message[:32768],
+        return condition.Condition(type=type_, status=status, reason=why, message=text[:32768],
                                    observed_generation=entry.generation, last_transition_time=since)
 
+    conditions = [make(condition.ACCEPTED, T if accepted else F), make(condition.INVALID, F if accepted else T)]
+    if entry.policy is not None:
+        conditions.append(
+            make(condition.CONFLICTING, T, NAME_CLASH, conflict) if conflict is not None
+            else make(condition.CONFLICTING, F, NO_CLASH, f"no other policy is selected by {entry.policy.name!r}"))
     return policy_status.RecoveryPolicyStatus(
         observed_generation=entry.generation,
         covered_workloads=covered if accepted else 0,
-        conditions=[make(condition.ACCEPTED, T if accepted else F), make(condition.INVALID, F if accepted else T)],
+        conditions=conditions,
     )
 
 

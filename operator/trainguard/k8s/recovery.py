@@ -3,8 +3,9 @@
 Place in the loop: the last step, reporting (``kubectl get recoveries``). The operator creates one
 WorkloadRecovery per opted-in workload (a Slurm job or a JobSet), writes the engine's view into its
 ``status`` (phase, attempt, last anomaly and verdict, current advice and its disposition, recent
-history) and garbage-collects it when the workload is gone. ``spec`` names the workload, its policy
-and the per-workload overrides.
+history, the policy the job selected) and garbage-collects it when the workload is gone. ``spec``
+names the workload and holds the per-workload overrides, which the operator applies (every field of
+``Overrides`` reaches the engine: ``engine_overrides``).
 
 These pydantic models are the single source of the CRD schema: ``k8s/crds.py`` generates the
 OpenAPI (and the CEL rules below, which are data here, so the Python check and the apiserver check
@@ -105,20 +106,17 @@ def transition(source: Phase | None, target: Phase) -> Phase:
 
 
 class WorkloadKind(enum.StrEnum):
-    """Kinds of workload Trainguard watches."""
+    """Kinds of workload Trainguard watches. Only what the operator serves today: a kind is added
+    here (and to ``ID_PATTERNS``) with the scheduler adapter that recovers it (JobSet next), so the
+    schema never accepts a WorkloadRecovery nothing acts on."""
 
     SLURM_JOB = "SlurmJob"
-    JOBSET = "JobSet"
 
 
 ID_PATTERNS: Final[Mapping[WorkloadKind, tuple[str, str]]] = {
     WorkloadKind.SLURM_JOB: (
         r"^[0-9]{1,10}(_[0-9]{1,10})?$",
         "a SlurmJob id is a Slurm job id such as 1234, or 1234_7 for an array task",
-    ),
-    WorkloadKind.JOBSET: (
-        r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
-        "a JobSet id is the name of a JobSet in this WorkloadRecovery's namespace (DNS-1123 label)",
     ),
 }
 """Kind -> (regex of ``workload.id``, message). Checked by pydantic and, as CEL, by the apiserver."""
@@ -147,7 +145,7 @@ class WorkloadRef(_Section):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _id_rules()})
 
-    kind: WorkloadKind = Field(description="SlurmJob (plain Slurm or Slinky) or JobSet.")
+    kind: WorkloadKind = Field(description="SlurmJob (plain Slurm or Slinky).")
     cluster: str = Field(
         default="",
         max_length=253,
@@ -158,7 +156,7 @@ class WorkloadRef(_Section):
     id: str = Field(
         min_length=1,
         max_length=253,
-        description="SlurmJob: the Slurm job id (1234 or 1234_7). JobSet: its name, in this namespace.",
+        description="The Slurm job id (1234, or 1234_7 for an array task).",
     )
 
     @model_validator(mode="after")
@@ -179,7 +177,9 @@ def _override(field: str) -> str:
 
 
 class Overrides(_Section):
-    """Per-workload overrides of policy fields (from the job's opt-in comment or annotation).
+    """Per-workload overrides of policy fields, applied by the engine on top of the job comment's
+    overrides and by the same rules: budgets (retries, exclusions) can only be lowered below the
+    policy's, and detection settings apply from the next attempt.
 
     The bounds are the policy's own (a unit test compares them with the policy schema)."""
 
@@ -198,16 +198,28 @@ class Overrides(_Section):
     )
 
 
+ENGINE_KEYS: Final[Mapping[str, str]] = {
+    "max_retries": "max-retries",
+    "max_attempts_without_checkpoint": "max-attempts-without-checkpoint",
+    "hang_timeout": "hang-timeout",
+    "max_excluded_nodes_per_job": "max-excluded-nodes",
+}
+"""``Overrides`` field -> the engine's override key (the opt-in comment's); ``mode`` goes its own way."""
+
+
+def engine_overrides(raw: Any) -> tuple[vocab.Mode | None, dict[str, Any]]:
+    """The forced mode and the other overrides of a WorkloadRecovery's ``spec.overrides`` (as read
+    from the API), in the engine's keys. Values the schema rejects raise pydantic's ValidationError."""
+    parsed = Overrides.model_validate(raw or {})
+    mode = vocab.Mode.MONITOR if parsed.mode == vocab.Mode.MONITOR else None
+    values = {key: getattr(parsed, field) for field, key in ENGINE_KEYS.items() if getattr(parsed, field) is not None}
+    return mode, values
+
+
 class WorkloadRecoverySpec(_Section):
-    """What to watch and under which policy."""
+    """What is watched, and the per-workload overrides (the policy in force is status: the job selects it)."""
 
     workload: WorkloadRef = Field(description="The watched workload; immutable.")
-    policy: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-        description="Name of the RecoveryPolicy in force (selector.policyName or metadata.name).",
-    )
     overrides: Overrides = Field(default_factory=Overrides, description="Per-workload overrides.")
 
 
@@ -252,6 +264,12 @@ class WorkloadRecoveryStatus(_Section):
 
     observed_generation: int | None = Field(default=None, ge=0, description="metadata.generation last handled.")
     phase: Phase | None = Field(default=None, description="Phase; see the transition table in k8s/recovery.py.")
+    policy: str = Field(
+        default="",
+        max_length=253,
+        description="Name of the RecoveryPolicy the job selected (selector.policyName or metadata.name); "
+        "see the PolicyResolved condition for whether one is in force.",
+    )
     attempt: int = Field(default=0, ge=0, description="Current attempt (Slurm restart count + 1, JobSet restarts + 1).")
     restarts: int = Field(default=0, ge=0, description="Restarts done on our advice.")
     excluded_nodes: list[NodeName] = Field(

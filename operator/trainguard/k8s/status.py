@@ -128,7 +128,6 @@ def desired_object(view: WorkloadView, namespace: str) -> dict[str, Any]:
     cluster, job_id = split_workload(view.workload)
     spec = recovery.WorkloadRecoverySpec(
         workload=recovery.WorkloadRef(kind=recovery.WorkloadKind.SLURM_JOB, cluster=cluster, id=job_id),
-        policy=view.policy_name,
     )
     return {
         "apiVersion": api_mod.WORKLOAD_RECOVERIES.api_version,
@@ -331,6 +330,7 @@ def project(
     return recovery.WorkloadRecoveryStatus(
         observed_generation=generation,
         phase=target,
+        policy=view.policy_name[:253],
         attempt=current_attempt,
         restarts=max(previous_restarts, _restarts(view)),
         excluded_nodes=list(dict.fromkeys(view.job.excluded_nodes))[: recovery.MAX_NODES],

@@ -63,6 +63,8 @@ class ActionRecord(BaseModel):
     decided_by: vocab.Decider = vocab.Decider.POLICY_ENGINE
     created_at: float = 0.0
     updated_at: float = 0.0
+    fence: str = ""
+    """Leadership token the intent was committed with (``FenceToken.describe``); empty: standalone."""
 
 
 class OutcomeRecord(BaseModel):
@@ -80,3 +82,33 @@ class OutcomeRecord(BaseModel):
     limits: dict[str, Any] | None = None
     """The blast-radius evaluation of the generation (``model.limits.LimitReport.payload``), in
     both modes; written to the outcome's audit record (``blast_radius``), not read back."""
+
+
+class FenceToken(BaseModel):
+    """Proof of leadership that every scheduler mutation carries (several replicas, one acting).
+
+    ``term`` is assigned by the audit store when a replica claims leadership (``claim_leadership``),
+    one more than the previous claim of the same ``lease``; the store refuses an action intent whose
+    token is not the latest claim, in the same transaction that would commit the intent. So a replica
+    that lost its Lease cannot begin a scheduler mutation after the new leader claimed, whatever its
+    own clock or its view of the Lease says.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    lease: str
+    holder: str
+    term: int
+
+    def describe(self) -> str:
+        """``holder@lease#term``, as written into action rows and the audit stream."""
+        return f"{self.holder}@{self.lease}#{self.term}"
+
+
+class FencedError(Exception):
+    """This instance is no longer the leader: the scheduler mutation it was about to begin is refused.
+
+    Raised by a ``Fence`` that knows leadership is lost and by the audit store when the token is not
+    the current one. Not a failure of the recovery: the generation stays pending for the new leader,
+    which resumes it from the action rows.
+    """

@@ -118,6 +118,12 @@ class LocalRunner:
                 proc.kill()
             await proc.wait()
             raise base.SchedulerError(f"{name} did not answer within {limit:g} s") from None
+        except asyncio.CancelledError:
+            # The caller stopped acting (e.g. this replica lost its leadership): the command must not
+            # carry on behind its back and change the job after the new leader looked at it.
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise
         rc = proc.returncode if proc.returncode is not None else -1
         if rc != 0:
             self.stats.failures[name] += 1

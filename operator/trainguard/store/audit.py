@@ -108,7 +108,7 @@ def _action_record(row: tables.ActionRow) -> actions.ActionRecord:
         workload=row.workload, attempt=row.attempt, generation=row.generation, step=row.step,
         operation=actions.Operation(row.operation), args=dict(row.args), status=actions.ActionStatus(row.status),
         error=row.error, decided_by=vocab.Decider(row.decided_by),
-        created_at=to_epoch(row.created_at), updated_at=to_epoch(row.updated_at),
+        created_at=to_epoch(row.created_at), updated_at=to_epoch(row.updated_at), fence=row.fence or "",
     )
 
 
@@ -129,6 +129,10 @@ def advice_payload(item: advice.Advice) -> dict[str, Any]:
 
 _NODE_FAULTS = frozenset({vocab.Attribution.HARDWARE, vocab.Attribution.SYSTEM, vocab.Attribution.UNKNOWN})
 """Attributions whose suspect nodes are remembered in node_history (lemon-node memory)."""
+
+
+class _ClaimRaced(Exception):
+    """Another replica claimed between our read and our conditional update (retried)."""
 
 
 class AuditStore:
@@ -370,25 +374,103 @@ class AuditStore:
             tables.ActionRow.generation == generation,
         )
 
-    def _log_action(self, session: AsyncSession, row: tables.ActionRow, at: float, action: str) -> None:
+    def _log_action(self, session: AsyncSession, row: tables.ActionRow, at: float, action: str,
+                    resumed_from: str | None = None) -> None:
         payload: dict[str, Any] = {
             "operation": row.operation, "step": row.step, "status": row.status, "arguments": dict(row.args),
             "generation": row.generation, "action": action, "error": row.error,
         }
+        if row.fence:
+            payload["fence"] = row.fence
+        if resumed_from is not None:
+            payload["resumed_from"] = resumed_from
         self._log(session, at=at, workload=row.workload, attempt=row.attempt, kind=vocab.AuditKind.ACTION,
                   payload=payload, decided_by=row.decided_by)
 
-    async def begin_action(self, record: actions.ActionRecord, *, at: float) -> actions.ActionRecord:
+    async def claim_leadership(self, lease: str, holder: str, *, at: float) -> actions.FenceToken:
+        """Start a term as the acting replica of ``lease``: the next term, recorded for ``holder``.
+
+        Called by a replica right after it took the Lease and before it acts. From this commit on,
+        intents fenced with an older term of this lease are refused. Concurrent claims are ordered
+        by the database (a conditional update of the row, or the primary key on the first claim).
+        """
+        when = to_datetime(at)
+
+        async def work(session: AsyncSession) -> actions.FenceToken:
+            row = await session.get(tables.LeadershipRow, lease)
+            if row is None:
+                session.add(tables.LeadershipRow(lease=lease, holder=holder, term=1, claimed_at=when,
+                                                 last_fenced_at=when))
+                await session.flush()
+                return actions.FenceToken(lease=lease, holder=holder, term=1)
+            update = (sa.update(tables.LeadershipRow)
+                      .where(tables.LeadershipRow.lease == lease, tables.LeadershipRow.term == row.term)
+                      .values(holder=holder, term=row.term + 1, claimed_at=when)
+                      .execution_options(synchronize_session=False))
+            if (await session.execute(update)).rowcount != 1:  # type: ignore[attr-defined]
+                raise _ClaimRaced
+            return actions.FenceToken(lease=lease, holder=holder, term=row.term + 1)
+
+        for _ in range(5):
+            try:
+                return await self._transaction(work)
+            except (_ClaimRaced, sa_exc.IntegrityError):
+                continue  # another replica claimed in between: claim on top of it
+        raise RuntimeError(f"could not claim leadership of {lease!r}: five concurrent claims in a row")
+
+    async def leadership(self, lease: str) -> actions.FenceToken | None:
+        """The latest claim of ``lease``, or None if nobody claimed it yet."""
+        async with self._sessions() as session:
+            row = await session.get(tables.LeadershipRow, lease)
+            return None if row is None else actions.FenceToken(lease=row.lease, holder=row.holder, term=row.term)
+
+    @staticmethod
+    async def _check_fence(session: AsyncSession, fence: actions.FenceToken, at: float) -> None:
+        """Refuse unless ``fence`` is the latest claim of its lease; locks the claim row until commit.
+
+        An UPDATE, not a SELECT: it takes the row's write lock on every backend (PostgreSQL and
+        MariaDB re-check the WHERE clause against a concurrent claim's committed row; SQLite has one
+        writer), so a claim either commits before this check and is seen, or waits for this intent.
+        """
+        update = (sa.update(tables.LeadershipRow)
+                  .where(tables.LeadershipRow.lease == fence.lease, tables.LeadershipRow.holder == fence.holder,
+                         tables.LeadershipRow.term == fence.term)
+                  .values(last_fenced_at=to_datetime(at))
+                  .execution_options(synchronize_session=False))
+        if (await session.execute(update)).rowcount == 1:  # type: ignore[attr-defined]
+            return
+        current = await session.get(tables.LeadershipRow, fence.lease)
+        now_held = "nobody" if current is None else f"{current.holder} (term {current.term})"
+        raise actions.FencedError(f"leadership token {fence.describe()} is not current: {fence.lease} is held by "
+                                  f"{now_held}")
+
+    async def begin_action(
+        self, record: actions.ActionRecord, *, at: float, fence: actions.FenceToken | None = None,
+    ) -> actions.ActionRecord:
         """Commit a step's row (normally status ``intent``) before the scheduler is touched.
 
         If the (workload, attempt, generation, step) row already exists, it is returned
-        unchanged: the caller resumes from it instead of repeating the step.
+        unchanged: the caller resumes from it instead of repeating the step. With ``fence``, the
+        token is checked first, in the same transaction: a token that is not the latest claim of its
+        lease raises ``actions.FencedError`` and nothing is written (nor resumed).
         """
 
         async def work(session: AsyncSession) -> actions.ActionRecord:
+            if fence is not None:
+                await self._check_fence(session, fence, at)
             query = self._action_query(record.workload, record.attempt, record.generation)
             existing = (await session.execute(query.where(tables.ActionRow.step == record.step))).scalar_one_or_none()
             if existing is not None:
+                token = fence.describe() if fence is not None else None
+                if token and existing.status == actions.ActionStatus.INTENT.value and existing.fence != token:
+                    # A new leader resumes an intent begun under another token: the row now carries
+                    # the token it is carried out under, and the stream says whose intent it took over.
+                    previous = existing.fence or "standalone"
+                    existing.fence, existing.updated_at = token, to_datetime(at)
+                    advice_of = await session.get(tables.AdviceRow, existing.advice_id)
+                    self._log_action(session, existing, at, advice_of.action if advice_of is not None else "",
+                                     resumed_from=previous)
+                    await session.flush()
                 return _action_record(existing)
             advice_row = (await session.execute(
                 self._advice_query(record.workload, record.attempt, record.generation))).scalar_one_or_none()
@@ -401,6 +483,7 @@ class AuditStore:
                 generation=record.generation, step=record.step, operation=record.operation.value,
                 args=dict(record.args), status=record.status.value, error=record.error,
                 decided_by=record.decided_by.value, created_at=when, updated_at=when,
+                fence=fence.describe() if fence is not None else None,
             )
             session.add(row)
             self._log_action(session, row, at, advice_row.action)

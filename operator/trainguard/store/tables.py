@@ -24,6 +24,8 @@ from sqlalchemy.dialects import mysql
 
 ID_LEN = 255
 """Workload ids, job ids and node names: bounded so MySQL can index them."""
+FENCE_LEN = 600
+"""A fencing token as text: holder and lease (ID_LEN each) and the term."""
 
 
 def timestamp_type() -> sa.types.TypeEngine[datetime.datetime]:
@@ -178,6 +180,27 @@ class ActionRow(Base):
     decided_by: orm.Mapped[str] = orm.mapped_column(sa.String(32))
     created_at: orm.Mapped[datetime.datetime]
     updated_at: orm.Mapped[datetime.datetime]
+    fence: orm.Mapped[str | None] = orm.mapped_column(sa.String(FENCE_LEN), default=None)
+    """Leadership token the intent was committed with (``holder@lease#term``); None: standalone."""
+
+
+class LeadershipRow(Base):
+    """The latest leadership claim per Lease: the fencing token every action intent must carry.
+
+    ``term`` only grows (each claim is the previous term + 1), so a replica that lost its Lease holds
+    a smaller term than the row and its intents are refused (``AuditStore.begin_action``).
+    Migration ``0003_fencing.py``.
+    """
+
+    __tablename__ = "leadership"
+
+    lease: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN), primary_key=True)
+    holder: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
+    term: orm.Mapped[int]
+    claimed_at: orm.Mapped[datetime.datetime]
+    last_fenced_at: orm.Mapped[datetime.datetime]
+    """Written by every fenced intent: the write locks the row until the intent commits, so a claim
+    waits for it (or the intent sees the claim); both orders are safe."""
 
 
 class OutcomeRow(Base):

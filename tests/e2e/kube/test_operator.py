@@ -179,7 +179,7 @@ def test_monitor_mode_reports_anomaly_and_advice_and_leaves_slurm_unchanged(setu
     st = obj["status"]
     node = setup.first_node(job_id)
     assert obj["spec"]["workload"] == {"kind": "SlurmJob", "cluster": setup.cluster_name, "id": job_id}
-    assert obj["spec"]["policy"] == setup.policy
+    assert obj["status"]["policy"] == setup.policy and "policy" not in obj["spec"]
     assert st["lastAnomaly"]["category"] == "gpu_fallen_off_bus"
     assert st["lastAnomaly"]["verdict"] == "hardware"
     assert st["lastAnomaly"]["nodes"] == [node]
@@ -270,7 +270,7 @@ def test_status_writer_absorbs_a_real_409_from_a_stale_resource_version(setup: S
     body = {
         "apiVersion": "trainguard.dev/v1alpha1", "kind": "WorkloadRecovery",
         "metadata": {"name": name, "namespace": setup.namespace},
-        "spec": {"workload": {"kind": "SlurmJob", "id": "424242"}, "policy": setup.policy},
+        "spec": {"workload": {"kind": "SlurmJob", "id": "424242"}},
     }
     op.ok(setup.api.kubectl("create", "-f", "-", input=json.dumps(body)))
     stale = op.get_json(setup.api, "workloadrecovery", name, "-n", setup.namespace)

@@ -313,7 +313,8 @@ def test_example_loads_into_the_pydantic_models(path: Path) -> None:
     else:
         parsed = recovery.parse(document)
         assert parsed.spec.workload.id == document["spec"]["workload"]["id"]
-        assert parsed.model_dump(by_alias=True, mode="json", exclude_unset=True)["status"] == document["status"]
+        dumped = parsed.model_dump(by_alias=True, mode="json", exclude_unset=True)
+        assert dumped.get("status") == document.get("status")  # a person's object has none yet
 
 
 @pytest.mark.parametrize(

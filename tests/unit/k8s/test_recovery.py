@@ -81,10 +81,7 @@ def test_the_terminal_error_message_says_so() -> None:
         ("SlurmJob", "48213;rm", False),
         ("SlurmJob", "abc", False),
         ("SlurmJob", "", False),
-        ("JobSet", "pretrain-7b", True),
-        ("JobSet", "Pretrain", False),
-        ("JobSet", "a" * 64, False),
-        ("JobSet", "ns/name", False),
+        ("JobSet", "pretrain-7b", False),  # no JobSet adapter yet: the schema does not accept what nothing serves
     ],
 )
 def test_workload_id_must_fit_its_kind(kind: str, workload_id: str, ok: bool) -> None:
@@ -99,7 +96,7 @@ def test_workload_id_must_fit_its_kind(kind: str, workload_id: str, ok: bool) ->
 def test_unknown_spec_fields_are_rejected() -> None:
     with pytest.raises(ValidationError, match="extra"):
         recovery.WorkloadRecoverySpec.model_validate(
-            {"workload": {"kind": "SlurmJob", "id": "1"}, "policy": "p", "mod": "Action"}
+            {"workload": {"kind": "SlurmJob", "id": "1"}, "mod": "Action"}
         )
 
 
