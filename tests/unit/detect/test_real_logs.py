@@ -34,6 +34,9 @@ _BATCH_KEYS = ("symptom+category", "attribution", "attribution where known")
 """Per-batch figures printed under the totals; each batch's first-sight score is in HISTORY.md."""
 
 
+_PUBLIC_SOURCES = ("https://github.com/", "https://forums.developer.nvidia.com/")
+
+
 def _labels() -> dict[str, dict[str, Any]]:
     return labelled.load_labels(REAL)
 
@@ -48,7 +51,9 @@ def test_every_log_is_labelled_and_sourced() -> None:
     assert set(labels) == logs
     sources = (REAL / "SOURCES.md").read_text(encoding="utf-8")
     assert [name for name in sorted(logs) if name not in sources] == []
-    assert all(str(want.get("source", "")).startswith("https://github.com/") for want in labels.values())
+    # Public threads: GitHub issues and pull requests, and a few vendor forum topics (NVIDIA's developer
+    # forums carry the Xid and GSP reports that GitHub issues rarely do).
+    assert all(str(want.get("source", "")).startswith(_PUBLIC_SOURCES) for want in labels.values())
 
 
 def test_real_logs(capsys: pytest.CaptureFixture[str]) -> None:
