@@ -250,7 +250,7 @@ def _unwrap(ranked: list[tuple[Rank, int, anomalies.Evidence]]) -> list[tuple[Ra
     said_lines = {e.line for rank_class, _, e in ranked if rank_class < Rank.CONTEXT and e.line > 0}
     return [
         (Rank.CONTEXT, index, e)
-        if (e.category in _WRAPPER_CATEGORIES and e.line in wrapped_lines)
+        if (e.category in _WRAPPER_CATEGORIES and e.pattern not in _OWN_CALL_FAILED and e.line in wrapped_lines)
         or ((e.pattern in _NEXT_LINE_WRAPPERS or _reason_cut(e)) and e.line + 1 in said_lines)
         else (rank_class, index, e)
         for rank_class, index, e in ranked
@@ -301,6 +301,11 @@ def _hint(item: anomalies.Evidence, hints: Mapping[str, vocab.Attribution] | Non
 
 _WRAPPER_CATEGORIES = frozenset({C.PYTHON_EXCEPTION, C.NCCL_ERROR})
 """Categories of lines that wrap another error's text (a Python exception, an NCCL/watchdog report)."""
+
+_OWN_CALL_FAILED = frozenset({"nccl.socket_connect_failed"})
+"""Entries of a wrapper category that report a call of their own failing (NCCL's connect to a peer),
+not another error's text: on a line that also reads as a peer's socket going away (``Call to connect
+failed : Connection timed out``), the failed connect is the reading, not a wrapper of it."""
 
 _NEXT_LINE_WRAPPERS = frozenset({"segfault.cpp_terminate"})
 """Catalog entries whose error is on the next line: ``terminate called after throwing an instance of

@@ -136,3 +136,34 @@ def test_an_nvswitch_sxid_data_line_alone_is_not_a_crash() -> None:
     )
     assert result.symptom == S.HEALTHY
     assert [e.pattern for e in result.context] == ["nvlink.nvswitch_sxid_data"]
+
+
+# ---- classes found by batch 13 (collected after the changes above; tuned after its first sight) ----
+
+
+def test_a_c10d_store_socket_timeout_is_a_rendezvous_failure() -> None:
+    for lines in (
+        ("Traceback (most recent call last):", '  File "<stdin>", line 1, in <module>', "RuntimeError: Socket Timeout"),
+        (
+            "torch.distributed.DistBackendError: [4] is setting up NCCL communicator and retrieving ncclUniqueId from "
+            "[0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout",
+        ),
+    ):
+        result = _analyze(*lines)
+        assert (result.symptom, result.category, result.attribution) == (S.CRASH, C.RENDEZVOUS_FAILURE, A.UNKNOWN)
+
+
+def test_an_old_nccl_connect_that_times_out_is_a_setup_failure_not_a_peer_gone() -> None:
+    result = _analyze(
+        "gpu-bql-144-103:18553:18611 [0] include/socket.h:360 WARN Call to connect failed : Connection timed out",
+        "gpu-bql-144-103:18553:18612 [0] include/socket.h:371 WARN Connection closed by remote peer",
+    )
+    assert (result.category, result.attribution) == (C.NCCL_ERROR, A.SYSTEM)
+
+
+def test_a_short_write_of_a_checkpoint_is_a_filesystem_error() -> None:
+    result = _analyze(
+        "/home/user/torch/install/bin/luajit: /home/user/torch/install/share/lua/5.1/torch/File.lua:210: write error: "
+        "wrote 39776036 blocks instead of 41251350 at /tmp/luarocks_torch-scm-1-1419/torch7/lib/TH/THDiskFile.c:340"
+    )
+    assert (result.symptom, result.category, result.attribution) == (S.CRASH, C.FILESYSTEM_IO, A.SYSTEM)
