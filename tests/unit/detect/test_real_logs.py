@@ -27,7 +27,7 @@ SYMPTOM_CATEGORY_FLOOR = 0.95
 """Share of files whose symptom AND category are right. Each batch of files is scored on the code
 before it prompts any change (its first-sight score, in tests/data/real/HISTORY.md: batches 1-6
 scored between 7/14 and 12/12), then the detector is tuned on classes of wording. The whole set
-now reaches 264/270 (batches 8-12 added 92 files); the floor leaves room for a few misses, not for a
+now reaches 296/304 (batches 8-14 added 126 files); the floor leaves room for a few misses, not for a
 regression."""
 
 
@@ -35,6 +35,8 @@ KNOWN_MISSED_FAILURES = {
     "killed_localized_chinese_after_metrics.log": "the shell's Killed in a Chinese locale; catalog regexes are "
     "ASCII-only by contract (the portable subset every engine reads alike), so a translated message cannot be "
     "matched",
+    "xid31_condensed_kern_log_record.log": "the reporter rewrote the kernel's Xid records in a short form of their "
+    "own (no 'NVRM: Xid (PCI:...)'); a bare 'Xid 31' would also match prose about Xids",
 }
 """Unambiguous failing logs detection is known to call healthy, each with why. Listed rather than
 hidden: the test fails if one of them starts being detected (remove it) or another one is missed."""
