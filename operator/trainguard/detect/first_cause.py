@@ -71,6 +71,13 @@ line as "remote process exited" is still hardware evidence."""
 
 _WRAPPED_REASON = re.compile(r"terminated with exception: ")
 """The watchdog's report of why it ended; only the text after it decides whether it is a cascade."""
+_CUT_REASON = re.compile(r"(?:\[Rank \d+\]?)?")
+"""What is left of a watchdog's reason when the line was wrapped right after it started."""
+_EMBEDDED_TRACEBACK = re.compile(r"Traceback \(most recent call last\):\s*$")
+_XID_PCI = re.compile(r"Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\)")
+_APPLICATION_XIDS = frozenset({13, 31, 43})
+"""Xids NVIDIA's catalogue resolves as the application's (graphics exception, MMU fault, stopped)."""
+_CONSEQUENCE_XIDS = frozenset({109})
 
 DEFAULT_ATTRIBUTION: Mapping[vocab.Category, vocab.Attribution] = {
     C.GPU_XID_HARDWARE: vocab.Attribution.HARDWARE,
@@ -109,6 +116,10 @@ def classify(evidence: anomalies.Evidence) -> Rank:
             return Rank.CASCADE
         return Rank.HARDWARE if serious else Rank.HARDWARE_WARNING
     if not serious or evidence.category == C.NONE:
+        return Rank.CONTEXT
+    if evidence.pattern == "python.exception_line" and _EMBEDDED_TRACEBACK.search(evidence.text):
+        # `OSError: Traceback (most recent call last):` is a worker's traceback re-raised as text
+        # (PyTorch < 1.3 DataLoader); the embedded traceback's own last line says what failed.
         return Rank.CONTEXT
     if evidence.category == C.PROCESS_SIGNAL_KILLED and not _CASCADE_TEXT.search(evidence.text):
         # A task killed outright (SIGKILL: `srun: error: node2: task 1: Killed`, kill -9, the OOM
@@ -161,7 +172,7 @@ def find_first_cause(
     """
     ordered = sorted(evidence, key=lambda e: e.line)
     ranked = [(classify(e), index, e) for index, e in enumerate(ordered)]
-    ranked = _unwrap(ranked)
+    ranked = _after_application_xid(_unwrap(ranked))
     candidates = [item for item in ranked if item[0] < Rank.CONTEXT]
     if all(item[0] == Rank.HARDWARE_WARNING for item in candidates):
         return None  # warnings alone never make a crash; they stay as context
@@ -239,11 +250,39 @@ def _unwrap(ranked: list[tuple[Rank, int, anomalies.Evidence]]) -> list[tuple[Ra
     said_lines = {e.line for rank_class, _, e in ranked if rank_class < Rank.CONTEXT and e.line > 0}
     return [
         (Rank.CONTEXT, index, e)
-        if (e.category in _WRAPPER_CATEGORIES and e.line in wrapped_lines)
-        or (e.pattern in _NEXT_LINE_WRAPPERS and e.line + 1 in said_lines)
+        if (e.category in _WRAPPER_CATEGORIES and e.pattern not in _OWN_CALL_FAILED and e.line in wrapped_lines)
+        or ((e.pattern in _NEXT_LINE_WRAPPERS or _reason_cut(e)) and e.line + 1 in said_lines)
         else (rank_class, index, e)
         for rank_class, index, e in ranked
     ]
+
+
+def _reason_cut(e: anomalies.Evidence) -> bool:
+    """A watchdog report whose reason was cut at the end of the line (a terminal or pager wrapping
+    ``terminated with exception: [Rank 1`` before the reason): like ``terminate called``, its next
+    line says what it was, when that line is recognised."""
+    m = _WRAPPED_REASON.search(e.text)
+    return m is not None and _CUT_REASON.fullmatch(e.text[m.end() :].strip()) is not None
+
+
+def _after_application_xid(
+    ranked: list[tuple[Rank, int, anomalies.Evidence]],
+) -> list[tuple[Rank, int, anomalies.Evidence]]:
+    """An Xid 109 (context-switch timeout) on a GPU that already reported an application fault
+    (Xid 13, 31, 43) is that fault's consequence: a kernel that faulted or hung keeps its channel
+    from switching out. It then competes as a specific error, so the earlier fault decides; on a GPU
+    with no such fault, Xid 109 stays hardware evidence."""
+    faulted: set[str] = set()
+    out: list[tuple[Rank, int, anomalies.Evidence]] = []
+    for rank_class, index, e in sorted(ranked, key=lambda item: (item[2].line, item[1])):
+        pci = _XID_PCI.search(e.text)
+        strength = rank_class
+        if pci and e.xid in _APPLICATION_XIDS:
+            faulted.add(pci.group(1).lower())
+        elif pci and e.xid in _CONSEQUENCE_XIDS and rank_class == Rank.HARDWARE and pci.group(1).lower() in faulted:
+            strength = Rank.SPECIFIC
+        out.append((strength, index, e))
+    return sorted(out, key=lambda item: item[1])
 
 
 def _reason_text(text: str) -> str:
@@ -262,6 +301,11 @@ def _hint(item: anomalies.Evidence, hints: Mapping[str, vocab.Attribution] | Non
 
 _WRAPPER_CATEGORIES = frozenset({C.PYTHON_EXCEPTION, C.NCCL_ERROR})
 """Categories of lines that wrap another error's text (a Python exception, an NCCL/watchdog report)."""
+
+_OWN_CALL_FAILED = frozenset({"nccl.socket_connect_failed"})
+"""Entries of a wrapper category that report a call of their own failing (NCCL's connect to a peer),
+not another error's text: on a line that also reads as a peer's socket going away (``Call to connect
+failed : Connection timed out``), the failed connect is the reading, not a wrapper of it."""
 
 _NEXT_LINE_WRAPPERS = frozenset({"segfault.cpp_terminate"})
 """Catalog entries whose error is on the next line: ``terminate called after throwing an instance of
