@@ -316,6 +316,48 @@ def test_a_second_run_resumes_where_the_first_stopped(tmp_path: Path) -> None:
     assert steps == [30], second.stdout
 
 
+def start_rank(job_dir: Path, rank: int, log: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
+    """One rank of a 2-rank job launched as Slurm would (``SLURM_*`` task variables), without Slurm."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TG_"))}
+    slurm = {"SLURM_JOB_ID": "1", "SLURM_RESTART_COUNT": "0", "SLURM_NTASKS": "2", "SLURM_PROCID": str(rank)}
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-u", str(jobs.TRAIN_PY), "--step-time", "0", "--log-every", "1", *args],
+            env={**clean, **slurm, "TG_JOB_DIR": str(job_dir), "TG_PG_TIMEOUT": "60", **env},
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+        )
+
+
+@pytest.mark.integration
+def test_two_clusters_running_the_same_job_id_at_once_do_not_share_a_rendezvous(tmp_path: Path) -> None:
+    """Job ids restart at 1 on every fresh cluster, and several clusters share one host.
+
+    Job 1 of "cluster A" hangs in a collective (so it holds its rendezvous for as long as the test
+    wants); job 1 of "cluster B", in another directory, must still meet and complete. A port derived
+    from the job id gave B the port A holds: EADDRINUSE, or B's rank 1 joining A's store.
+    """
+    hung = [start_rank(tmp_path / "a", rank, tmp_path / f"a{rank}.log", "--steps", "400",
+                       TG_FAULT="hang", TG_FAULT_RANK="1", TG_FAULT_STEP="2") for rank in (0, 1)]
+    started = list(hung)
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while "step 2: entering a blocking call" not in (tmp_path / "a1.log").read_text(errors="replace"):
+            assert all(p.poll() is None for p in hung), (tmp_path / "a0.log").read_text(errors="replace")
+            assert time.monotonic() < deadline, "job 1 of cluster A never reached its hang"
+            time.sleep(0.2)
+        second = [start_rank(tmp_path / "b", rank, tmp_path / f"b{rank}.log", "--steps", "5") for rank in (0, 1)]
+        started += second
+        codes = [p.wait(timeout=JOB_TIMEOUT) for p in second]
+        logs = [(tmp_path / f"b{rank}.log").read_text(errors="replace") for rank in (0, 1)]
+        assert codes == [0, 0], "\n".join(logs)
+        assert "[rank0]: training complete: 5 steps" in logs[0]
+        assert all(p.poll() is None for p in hung), "cluster A's job is untouched"
+    finally:
+        for p in started:
+            p.kill()
+            p.wait()
+
+
 def test_job_script_rejects_what_sbatch_cannot_hold(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="comment"):
         jobs.training_job_script(nodes=2, steps=10, comment='trainguard" --wrap=x', workdir=tmp_path)
