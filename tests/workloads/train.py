@@ -31,6 +31,7 @@ import dataclasses
 import datetime
 import io
 import os
+import signal
 import socket
 import sys
 import time
@@ -270,6 +271,13 @@ class Trainer:
         self.s = settings
         self.p = placement
         self.fault_active = settings.fault is not None and (settings.fault_all_attempts or placement.attempt == 0)
+        if settings.fault == "exit93" and self.faulty_rank():
+            # srun --kill-on-bad-exit sends SIGTERM to the other ranks as soon as the first one exits
+            # 93; a rank still on its way to its own exit 93 would die of it, and the job would end
+            # with 143:0, not 93:0. A rank that is going to exit 93 ignores SIGTERM for this attempt
+            # (SIGKILL, which scancel sends after KillWait, still ends it). Set before the first
+            # collective, so no rank can exit before every faulty rank has armed.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.checkpoint = settings.job_dir / CHECKPOINT_NAME
         torch.manual_seed(settings.seed)  # same initial weights and teacher on every rank
         self.teacher = torch.randn(FEATURES, 1) / FEATURES**0.5
@@ -284,9 +292,13 @@ class Trainer:
     def say(self, message: str) -> None:
         print(f"[rank{self.p.rank}]: {message}")
 
+    def faulty_rank(self) -> bool:
+        """Whether this rank injects the fault on this attempt (at some step)."""
+        return self.fault_active and (self.s.fault_ranks is None or self.p.rank in self.s.fault_ranks)
+
     def faulty(self, step: int) -> bool:
         """Whether this rank injects its fault at ``step`` (``slow`` persists from that step on)."""
-        if not self.fault_active or (self.s.fault_ranks is not None and self.p.rank not in self.s.fault_ranks):
+        if not self.faulty_rank():
             return False
         return step >= self.s.fault_step if self.s.fault == "slow" else step == self.s.fault_step
 
