@@ -65,22 +65,6 @@ STEPD_ARGS=()
 ROOT_PROGRAMS=(scontrol squeue sbatch srun scancel sinfo salloc sattach sbcast sacct sprio sshare sstat sdiag
   strigger munge unmunge remunge slurmctld slurmd slurmstepd slurmrestd munged)
 
-# in_root PATH: PATH (inside the root) with its symbolic links followed inside the root; Debian's
-# alternatives are absolute links (/usr/sbin/slurmd -> /etc/alternatives/slurmd -> ...) that would
-# otherwise lead to this host's own, older Slurm.
-in_root() {
-  local path=$1 target
-  for _ in $(seq 20); do
-    [ -L "$ROOT$path" ] || { echo "$ROOT$path"; return 0; }
-    target=$(readlink "$ROOT$path")
-    case "$target" in
-      /*) path=$target ;;
-      *) path=$(dirname "$path")/$target ;;
-    esac
-  done
-  tg_die "too many symbolic links from $path in $ROOT"
-}
-
 # link_root_programs: $BIN/<name> -> the root's <name>. hack/slurm-root.sh gave those programs
 # the root's loader and libraries, so they run as they are, with nothing added to the
 # environment (sbatch and srun copy theirs into jobs). The link carries the program's own name:
@@ -90,8 +74,8 @@ link_root_programs() {
   local name path
   mkdir -p "$BIN"
   for name in "${ROOT_PROGRAMS[@]}"; do
-    path=$(in_root "/usr/sbin/$name")
-    [ -x "$path" ] || path=$(in_root "/usr/bin/$name")
+    path=$(tg_in_root "$ROOT" "/usr/sbin/$name")
+    [ -x "$path" ] || path=$(tg_in_root "$ROOT" "/usr/bin/$name")
     [ -x "$path" ] || tg_die "$ROOT has no $name (rebuild it: hack/slurm-root.sh build $ROOT)"
     ln -sfn "$path" "$BIN/$name"
   done

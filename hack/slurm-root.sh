@@ -42,22 +42,6 @@ DEFAULT_ROOT=/var/cache/trainguard/slurm-root-$SUITE
 # The content of a finished root (and where it was built): another one is rebuilt.
 stamp_text() { echo "suite=$SUITE packages=${PACKAGES[*]} programs=${DAEMONS[*]} ${COMMANDS[*]} at=$1 format=3"; }
 
-# in_root ROOT PATH: the file PATH (inside ROOT) names, with symbolic links followed inside ROOT;
-# Debian's alternatives are absolute links (/usr/sbin/slurmd -> /etc/alternatives/slurmd -> ...)
-# that would lead to this host's own files otherwise.
-in_root() {
-  local root=$1 path=$2 target
-  for _ in $(seq 20); do
-    [ -L "$root$path" ] || { echo "$root$path"; return 0; }
-    target=$(readlink "$root$path")
-    case "$target" in
-      /*) path=$target ;;
-      *) path=$(dirname "$path")/$target ;;
-    esac
-  done
-  tg_die "too many symbolic links from $path in $root"
-}
-
 # The first http(s) mirror of this machine's apt configuration that serves Debian's main archive
 # (deb822 .sources files and one-line sources.list entries; security and update suites skipped).
 host_mirror() {
@@ -138,13 +122,13 @@ cmd_build() {
   done
   # the programs' interpreter and library path: the root's, at the root's final path (see the top)
   local partial=$root.partial loader libdir name f
-  loader=$(in_root "$partial" "$(readelf -l "$(in_root "$partial" /usr/sbin/slurmd)" |
+  loader=$(tg_in_root "$partial" "$(readelf -l "$(tg_in_root "$partial" /usr/sbin/slurmd)" |
     sed -n 's/.*interpreter: \(.*\)\]/\1/p')")
   libdir=$(dirname "$(find "$partial/usr/lib" -maxdepth 2 -name libc.so.6 -path '*-linux-gnu*' | head -1)")
   [ -x "$loader" ] && [ -d "$libdir/slurm-wlm" ] || tg_die "no loader or no Slurm libraries in $partial"
   for name in "${DAEMONS[@]}" "${COMMANDS[@]}"; do
-    f=$(in_root "$partial" "/usr/sbin/$name")
-    [ -x "$f" ] || f=$(in_root "$partial" "/usr/bin/$name")
+    f=$(tg_in_root "$partial" "/usr/sbin/$name")
+    [ -x "$f" ] || f=$(tg_in_root "$partial" "/usr/bin/$name")
     [ -x "$f" ] || tg_die "the $SUITE root has no $name"
     patchelf --set-interpreter "$root${loader#"$partial"}" --force-rpath \
       --set-rpath "$root${libdir#"$partial"}/slurm-wlm:$root${libdir#"$partial"}" "$f" || tg_die "patchelf $f failed"
