@@ -13,7 +13,11 @@
 # slurmrestd on 127.0.0.1 with JWT auth. Works with Debian 12 (Slurm 22.05) and 13 (24.11).
 #
 # Settings (environment), so that several clusters can run side by side:
+#   TG_SLURM_ROOT            (unset)               run Slurm from this root instead of the host's
+#                                                  packages (hack/slurm-root.sh build makes one
+#                                                  with Slurm 24.11); see "Slurm from a root" below
 #   TG_SLURM_DIR             <repo>/.local/slurm   all state: conf, keys, spool, logs, pids, jobs/
+#                                                  (<repo>/.local/slurm-root with TG_SLURM_ROOT)
 #   TG_SLURM_NODES           4                     number of nodes (--nodes wins)
 #   TG_SLURM_CTLD_PORT       16817                 slurmctld
 #   TG_SLURM_NODE_PORT_BASE  17000                 node i listens on base+i
@@ -22,6 +26,13 @@
 #
 # After `up`:  source .local/slurm/env; sinfo
 #   (exports SLURM_CONF, SLURMRESTD_URL, SLURM_JWT, SLURM_API_VERSION, SLURM_VERSION, TG_SLURM_NODES)
+#
+# Slurm from a root (TG_SLURM_ROOT=DIR): DIR is a Debian file tree (hack/slurm-root.sh). Its
+# binaries run on this host, not in a chroot, through the root's own dynamic loader and
+# libraries: `up` links each command into $TG_SLURM_DIR/bin (scontrol, squeue, sbatch, srun,
+# ..., the daemons, slurmstepd) and the env file puts that directory first on PATH
+# (TG_SLURM_BIN). So every daemon and client command, the adapters' and srun's inside jobs
+# included, is the root's Slurm, while jobs themselves run on the host (with the host's Python).
 set -euo pipefail
 TG_SCRIPT_NAME=local-slurm
 # shellcheck source=hack/lib/common.sh
@@ -29,7 +40,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
-B=${TG_SLURM_DIR:-$TG_REPO_ROOT/.local/slurm}
+ROOT=${TG_SLURM_ROOT:-}
+# a cluster from a root has its own state: slurmctld cannot read state written by a newer Slurm
+B=${TG_SLURM_DIR:-$TG_REPO_ROOT/.local/slurm${ROOT:+-root}}
 NODES=${TG_SLURM_NODES:-4}
 CTLD_PORT=${TG_SLURM_CTLD_PORT:-16817}
 NODE_PORT_BASE=${TG_SLURM_NODE_PORT_BASE:-17000}
@@ -44,6 +57,40 @@ export SLURM_CONF=$CONF
 for v in CTLD_PORT NODE_PORT_BASE REST_PORT CPUS MEM; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || tg_die "TG_SLURM_$v must be a number, got '${!v}'"
 done
+
+# ------------------------------------------------------------------ Slurm from a root
+BIN=$B/bin
+ROOT_PLUGINS=""
+STEPD_ARGS=()
+ROOT_PROGRAMS=(scontrol squeue sbatch srun scancel sinfo salloc sattach sbcast sacct sprio sshare sstat sdiag
+  strigger munge unmunge remunge slurmctld slurmd slurmstepd slurmrestd munged)
+
+# link_root_programs: $BIN/<name> -> the root's <name>. hack/slurm-root.sh gave those programs
+# the root's loader and libraries, so they run as they are, with nothing added to the
+# environment (sbatch and srun copy theirs into jobs). The link carries the program's own name:
+# the root's daemons are files named slurmctld-wlm etc., and Slurm tells its daemons apart by
+# program name.
+link_root_programs() {
+  local name path
+  mkdir -p "$BIN"
+  for name in "${ROOT_PROGRAMS[@]}"; do
+    path=$(tg_in_root "$ROOT" "/usr/sbin/$name")
+    [ -x "$path" ] || path=$(tg_in_root "$ROOT" "/usr/bin/$name")
+    [ -x "$path" ] || tg_die "$ROOT has no $name (rebuild it: hack/slurm-root.sh build $ROOT)"
+    ln -sfn "$path" "$BIN/$name"
+  done
+}
+
+if [ -n "$ROOT" ]; then
+  [ -s "$ROOT/.trainguard-root" ] ||
+    tg_die "TG_SLURM_ROOT=$ROOT is not a finished root (build one: hack/slurm-root.sh build $ROOT)"
+  ROOT_PLUGINS=$(dirname "$(find "$ROOT/usr/lib" -maxdepth 2 -name libc.so.6 -path '*-linux-gnu*' | head -1)")/slurm-wlm
+  [ -d "$ROOT_PLUGINS" ] || tg_die "no Slurm plugins in $ROOT_PLUGINS"
+  # slurmd starts slurmstepd from a compiled-in path (this host's own) unless told otherwise
+  STEPD_ARGS=(-d "$BIN/slurmstepd")
+  # this script's own sinfo/scontrol/squeue/scancel, and the daemons, are the root's
+  export PATH=$BIN:$PATH
+fi
 
 # ------------------------------------------------------------------ helpers
 version_ge() {   # version_ge A B: A >= B (dotted)
@@ -123,7 +170,7 @@ cmd_down() {
   # pytest's fixtures mark a cluster they started (tests/support/services.py); it is gone now
   rm -f "$B/.started-by-pytest"
   if [ "$wipe" = 1 ]; then
-    rm -rf "$B/state" "$B/spool" "$B/log" "$B/jobs" "$B/run" "$B/leases" "$ENV_FILE"
+    rm -rf "$B/state" "$B/spool" "$B/log" "$B/jobs" "$B/run" "$B/leases" "$B/bin" "$ENV_FILE"
     tg_log "stopped; wiped state under $B"
   else
     tg_log "stopped"
@@ -132,7 +179,9 @@ cmd_down() {
 
 # ------------------------------------------------------------------ up
 write_conf() {   # write_conf VERSION -> prints 1 when slurm.conf changed
-  local ver=$1 tmp
+  local ver=$1 tmp plugins="# the plugins of the Slurm that runs the daemons (the default)"
+  # Slurm from a root: its plugins, not those of the host's own Slurm at the compiled-in path
+  [ -n "$ROOT" ] && plugins="PluginDir=$ROOT_PLUGINS"
   tmp=$(mktemp "$CONF.XXXXXX")
   cat > "$tmp" <<CONF
 # Generated by hack/local-slurm.sh: a private test cluster on one machine. Do not edit.
@@ -172,6 +221,7 @@ MpiDefault=none
 # a node whose slurmd comes back is usable again at once
 ReturnToService=2
 SlurmdParameters=config_overrides
+$plugins
 MinJobAge=300
 KillWait=5
 InactiveLimit=0
@@ -235,7 +285,7 @@ start_slurmds() {
   for i in $(seq 1 "$NODES"); do
     tg_alive "$B/run/slurmd-node$i.pid" && continue
     mkdir -p "$B/spool/node$i"
-    slurmd -f "$CONF" -N "node$i" </dev/null >>"$B/log/slurmd-node$i.stderr" 2>&1 9>&- ||
+    slurmd -f "$CONF" -N "node$i" "${STEPD_ARGS[@]}" </dev/null >>"$B/log/slurmd-node$i.stderr" 2>&1 9>&- ||
       tg_die "slurmd for node$i did not start" "$B/log/slurmd-node$i.stderr" "$B/log/slurmd-node$i.log"
     started+=("node$i")
   done
@@ -287,7 +337,12 @@ cmd_up() {
   if ! [[ "$NODES" =~ ^[0-9]+$ ]] || [ "$NODES" -lt 1 ] || [ "$NODES" -gt 64 ]; then
     tg_die "node count must be 1..64, got '$NODES'"
   fi
-  tg_apt_install slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin curl
+  if [ -n "$ROOT" ]; then
+    tg_apt_install curl
+    link_root_programs
+  else
+    tg_apt_install slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin curl
+  fi
   local ver
   ver=$(slurmd -V | awk '{print $2}')
   tg_log "Slurm $ver, $NODES nodes, state in $B"
@@ -340,6 +395,12 @@ cmd_up() {
     echo "export TG_SLURM_DIR=$B"
     echo "export TG_SLURM_NODES=$NODES"
     echo "export TG_SLURM_JOBS_DIR=$B/jobs"
+    if [ -n "$ROOT" ]; then
+      echo "# Slurm from $ROOT: its commands (wrappers in $BIN) come first on PATH"
+      echo "export TG_SLURM_ROOT=$ROOT"
+      echo "export TG_SLURM_BIN=$BIN"
+      echo "PATH=$BIN:\$PATH"
+    fi
   } | tg_write_atomic "$ENV_FILE" 600
   tg_log "ready: $(timeout 10 sinfo -h -N -o '%N:%T' | tr '\n' ' ')(source $ENV_FILE)"
 }

@@ -107,3 +107,19 @@ tg_ensure_venv() {
   tg_log "creating $venv"
   python3 -m venv "$venv" || tg_die "python3 -m venv $venv failed"
 }
+
+# tg_in_root ROOT PATH: the file that PATH names inside the file tree ROOT, with symbolic links
+# followed inside ROOT. Debian's alternatives are absolute links (/usr/sbin/slurmd ->
+# /etc/alternatives/slurmd -> /usr/sbin/slurmd-wlm) that would lead to this host's files otherwise.
+tg_in_root() {
+  local root=$1 path=$2 target
+  for _ in $(seq 20); do
+    [ -L "$root$path" ] || { echo "$root$path"; return 0; }
+    target=$(readlink "$root$path")
+    case "$target" in
+      /*) path=$target ;;
+      *) path=$(dirname "$path")/$target ;;
+    esac
+  done
+  tg_die "too many symbolic links from $path in $root"
+}

@@ -5,13 +5,21 @@ A job whose processes take a few seconds to die (a rank flushing, a hung collect
 requeuehold``. Slurm accepts ``scontrol update ExcNodeList`` in that state (checked on 22.05), so
 the executor's ``requeue_hold -> exclude_nodes -> release`` must work there too; otherwise the
 recovery is abandoned, the hold released, and the job runs again on the bad node (seen in the
-hardware scenario of test_slurm_recovery.py and in hack/demo.sh). Deterministic here: every task
-of the job sleeps 4 s on SIGTERM. Drives the product's own Slurm adapter, as the executor does.
+hardware scenario of test_slurm_recovery.py and in hack/demo.sh). Drives the product's own Slurm
+adapter, as the executor does.
+
+Made deterministic on a loaded machine: the hold comes only once every task has printed that its
+SIGTERM trap is set (RUNNING alone does not mean the tasks exist yet: a task killed before its
+trap makes the job leave COMPLETING at once); on SIGTERM each task outlives Slurm's KillWait, so
+the job stays COMPLETING until slurmctld's SIGKILL, KillWait (5 s) after the hold; and the adapter
+has read the cluster name and Slurm version before the hold, so only one ``scontrol`` call falls
+into that window.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -29,8 +37,9 @@ SLOW_TO_DIE = """#!/bin/bash
 #SBATCH --ntasks-per-node=1
 #SBATCH --requeue
 #SBATCH --comment=e2e-not-opted-in
-srun bash -c 'trap "sleep 4; exit 1" TERM; while :; do sleep 0.2; done'
+srun -l bash -c 'trap "sleep 60; exit 1" TERM; echo trap set; while :; do sleep 0.2; done'
 """
+TASKS = 2
 
 
 async def test_nodes_can_be_excluded_while_the_requeue_held_job_is_still_completing(
@@ -49,6 +58,8 @@ async def test_nodes_can_be_excluded_while_the_requeue_held_job_is_still_complet
         running = await asyncio.to_thread(harness.wait_job, slurm_cluster, job_id, harness.running_again(0),
                                           timeout=60, what="RUNNING")
         bad = expand_hostlist(running["NodeList"])[-1]
+        await asyncio.to_thread(_wait_for_traps, tmp_path / f"slurm-{job_id}.out")
+        assert (await scheduler.get_job(job_id)).state is workloads.JobState.RUNNING  # warms the adapter up
         await scheduler.requeue_hold(job_id)
         held = await scheduler.get_job(job_id)
         assert held.state is workloads.JobState.COMPLETING, f"precondition: still completing, got {held.state}"
@@ -65,3 +76,17 @@ async def test_nodes_can_be_excluded_while_the_requeue_held_job_is_still_complet
     finally:
         await scheduler.close()
         harness.cancel_if_active(slurm_cluster, job_id)
+
+
+def _wait_for_traps(output: Path, timeout: float = 120.0) -> None:
+    """Until every task has printed ``trap set`` (srun -l labels each line with its task)."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = output.read_text(errors="replace") if output.exists() else ""
+        if {line.split(":", 1)[0].strip() for line in text.splitlines() if line.endswith("trap set")} == {
+            str(task) for task in range(TASKS)
+        }:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not every task set its SIGTERM trap within {timeout:.0f} s:\n{text}")

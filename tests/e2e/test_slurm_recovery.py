@@ -92,7 +92,8 @@ def batch(slurm_cluster: SlurmCluster, start_trainguard: StartTrainguard, e2e_di
         for name, spec in specs.items():
             ids[name] = harness.submit(slurm_cluster, workdir, job_name=f"e2e-{name}", **common, **spec)
         kill = harness.KillPlan(ids["kill9"], workdir)
-        thread = threading.Thread(target=kill.run, name="kill-9", daemon=True)
+        # the kill9 job may wait in the queue behind the others: its deadline is a scenario's, not 3 min
+        thread = threading.Thread(target=kill.run, args=(RECOVERY_TIMEOUT,), name="kill-9", daemon=True)
         thread.start()
         yield Batch(slurm_cluster, runner, workdir, policy, ids, kill, thread)
     finally:
@@ -182,7 +183,7 @@ def test_hang_in_a_collective_is_detected_and_the_stuck_attempt_requeued(batch: 
 
 
 def test_kill_9_of_a_rank_is_detected_and_the_job_requeued(batch: Batch) -> None:
-    batch.kill_thread.join(timeout=harness.START_TIMEOUT * 3)
+    batch.kill_thread.join(timeout=RECOVERY_TIMEOUT)
     killed_at = batch.kill.killed_at
     assert batch.kill.error == "" and killed_at is not None, batch.kill.error or batch.why("kill9")
     _job, records = _recovered_by_requeue(batch, "kill9")

@@ -10,6 +10,7 @@ cluster is stopped only if pytest started it (see ``tests.support.services``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -40,8 +41,10 @@ _PAIR = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_/:]*)=")
 
 
 def state_dir() -> Path:
-    """The directory hack/local-slurm.sh uses (``TG_SLURM_DIR`` or ``.local/slurm``)."""
-    return Path(os.environ.get("TG_SLURM_DIR") or services.REPO_ROOT / ".local" / "slurm")
+    """The directory hack/local-slurm.sh uses (``TG_SLURM_DIR``, else ``.local/slurm``, or
+    ``.local/slurm-root`` for a cluster run from ``TG_SLURM_ROOT``)."""
+    default = "slurm-root" if os.environ.get("TG_SLURM_ROOT") else "slurm"
+    return Path(os.environ.get("TG_SLURM_DIR") or services.REPO_ROOT / ".local" / default)
 
 
 def parse_scontrol_line(line: str) -> dict[str, str]:
@@ -87,6 +90,15 @@ class SlurmCluster:
     started: bool
     """True when this session started the cluster."""
     submitted: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """What a scheduler adapter needs to address this cluster: ``SLURM_CONF``, and ``PATH``
+        when the cluster runs from a root (``TG_SLURM_ROOT``), whose client commands must be used."""
+        env = {"SLURM_CONF": self.env["SLURM_CONF"]}
+        if self.env.get("TG_SLURM_BIN"):
+            env["PATH"] = self.env["PATH"]
+        return env
 
     def run(self, *argv: str, timeout: float = COMMAND_TIMEOUT) -> str:
         """Run a Slurm client command (argv, no shell); return stdout or fail with its output."""
@@ -192,6 +204,24 @@ class SlurmCluster:
         )
 
 
+@contextlib.contextmanager
+def _slurm_commands_first(directory: Path) -> Iterator[None]:
+    """For a cluster run from a root (``TG_SLURM_BIN`` in its env file), put that root's client
+    commands first on this process's PATH for the session, as on a machine where that Slurm is
+    installed: the adapters under test resolve ``scontrol`` and ``squeue`` from PATH."""
+    values = services.read_env_file(directory / "env")
+    bin_dir = values.get("TG_SLURM_BIN")
+    if not bin_dir:
+        yield
+        return
+    before = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{before}"
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = before
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """The local Slurm cluster, up for the whole session.
@@ -205,8 +235,10 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     directory = state_dir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SLURMRESTD_"))}
     try:
-        with services.shared_service(SCRIPT, directory, env) as started:
+        with services.shared_service(SCRIPT, directory, env) as started, _slurm_commands_first(directory):
             values = services.read_env_file(directory / "env")
+            if values.get("TG_SLURM_BIN"):
+                values["PATH"] = os.environ["PATH"]
             cluster = SlurmCluster(
                 env={**env, **values},
                 nodes=[f"node{i}" for i in range(1, int(values["TG_SLURM_NODES"]) + 1)],

@@ -7,8 +7,9 @@ builds the sbatch script) so that the signals Trainguard reads -- job output fil
 multi-process job and not from hand-written text.
 
 One process per Slurm task (``srun``): rank = ``SLURM_PROCID``, world = ``SLURM_NTASKS``. All the
-local "nodes" are this host, so the rendezvous is ``127.0.0.1`` on a port derived from the job id
-and attempt (concurrent jobs and back-to-back attempts do not collide). The collective backend is
+local "nodes" are this host, so the rendezvous is on ``127.0.0.1``: rank 0 opens the rendezvous
+store on a port the kernel picks (port 0) and publishes it in a file of the job directory that the
+other ranks wait for (see ``rendezvous``). The collective backend is
 ``gloo`` on CPU; a tiny MLP learns a fixed random teacher from synthetic data with
 DistributedDataParallel. Each step adds a configurable sleep that stands in for accelerator time,
 so a job lasts tens of seconds while using little of the shared CPU.
@@ -30,6 +31,7 @@ import dataclasses
 import datetime
 import io
 import os
+import signal
 import socket
 import sys
 import time
@@ -46,9 +48,10 @@ FAULTS = ("crash", "hang", "slow", "xid", "exit93")
 DO_NOT_REQUEUE_EXIT = 93
 """Exit code a job uses to say "retrying will not help" (a common site convention)."""
 
-PORT_BASE = 40000
-PORT_SPAN_JOBS = 5000
-"""Rendezvous ports: 40000 + (job id mod 5000) * 4 + (attempt mod 4), i.e. 40000-59999."""
+RENDEZVOUS_HOST = "127.0.0.1"
+"""Every local "node" is this host."""
+RENDEZVOUS_POLL = 0.05
+"""Seconds between two looks of a waiting rank for rank 0's port file."""
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FEATURES = 32
@@ -200,12 +203,59 @@ def read_settings(argv: Sequence[str], env: Mapping[str, str], placement: Placem
     )
 
 
-def master_port(env: Mapping[str, str], placement: Placement) -> int:
-    """Rendezvous port: ``TG_MASTER_PORT`` if set, else derived from the job id and attempt."""
+def rendezvous_path(job_dir: Path, env: Mapping[str, str], placement: Placement) -> Path:
+    """The file in which rank 0 of this launch publishes its rendezvous port.
+
+    Named by ``TG_RENDEZVOUS_ID`` (the batch script of ``jobs.py`` sets one that is unique to each
+    run of the script, i.e. to each attempt), else by job id, attempt and step, so that a file a
+    previous attempt (or an earlier cluster reusing the directory) left behind is never read.
+    """
+    launch = env.get("TG_RENDEZVOUS_ID") or (
+        f"{placement.job_id}.{placement.attempt}.{env.get('SLURM_STEP_ID', '0')}"
+    )
+    safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in launch)
+    return job_dir / f"rendezvous-{safe}.port"
+
+
+def wait_for_port(path: Path, timeout: float) -> int:
+    """Wait until rank 0 has published its port in ``path`` (written atomically); return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return int(path.read_text().strip())
+        except FileNotFoundError:
+            pass
+        except ValueError:
+            raise UsageError(f"{path} does not hold a port number") from None
+        if time.monotonic() >= deadline:
+            raise UsageError(f"rank 0 did not publish its rendezvous port in {path} within {timeout:.0f} s")
+        time.sleep(RENDEZVOUS_POLL)
+
+
+def rendezvous(env: Mapping[str, str], settings: Settings, placement: Placement) -> dist.Store:
+    """The store the ranks meet through, collision-free by construction.
+
+    A port derived from the job id is not: job ids restart at 1 on every fresh cluster, several
+    clusters share a host, a requeued attempt's old processes may still hold the port, and any
+    port may be in TIME_WAIT or taken by an unrelated process (gloo's own connections use the
+    same ephemeral range). So rank 0 binds port 0 -- the kernel hands out a free one -- and writes
+    it to ``rendezvous_path``; every other rank waits for that file, then connects. Each attempt
+    has its own file, so a requeued attempt never meets the previous one. ``TG_MASTER_PORT``
+    (by hand, without Slurm) fixes the port instead.
+    """
+    timeout = datetime.timedelta(seconds=settings.pg_timeout)
+    is_master = placement.rank == 0
     if env.get("TG_MASTER_PORT"):
-        return _env_int(env, "TG_MASTER_PORT", 0)
-    digits = "".join(ch for ch in placement.job_id if ch.isdigit()) or "0"
-    return PORT_BASE + (int(digits) % PORT_SPAN_JOBS) * 4 + placement.attempt % 4
+        port = _env_int(env, "TG_MASTER_PORT", 0)
+        return dist.TCPStore(RENDEZVOUS_HOST, port, placement.world, is_master, timeout=timeout,
+                             wait_for_workers=False)
+    path = rendezvous_path(settings.job_dir, env, placement)
+    if is_master:
+        store = dist.TCPStore(RENDEZVOUS_HOST, 0, placement.world, True, timeout=timeout, wait_for_workers=False)
+        write_atomically(path, f"{store.port}\n".encode())
+        return store
+    port = wait_for_port(path, settings.pg_timeout)
+    return dist.TCPStore(RENDEZVOUS_HOST, port, placement.world, False, timeout=timeout)
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -225,6 +275,13 @@ class Trainer:
         self.s = settings
         self.p = placement
         self.fault_active = settings.fault is not None and (settings.fault_all_attempts or placement.attempt == 0)
+        if settings.fault == "exit93" and self.faulty_rank():
+            # srun --kill-on-bad-exit sends SIGTERM to the other ranks as soon as the first one exits
+            # 93; a rank still on its way to its own exit 93 would die of it, and the job would end
+            # with 143:0, not 93:0. A rank that is going to exit 93 ignores SIGTERM for this attempt
+            # (SIGKILL, which scancel sends after KillWait, still ends it). Set before the first
+            # collective, so no rank can exit before every faulty rank has armed.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.checkpoint = settings.job_dir / CHECKPOINT_NAME
         torch.manual_seed(settings.seed)  # same initial weights and teacher on every rank
         self.teacher = torch.randn(FEATURES, 1) / FEATURES**0.5
@@ -239,9 +296,13 @@ class Trainer:
     def say(self, message: str) -> None:
         print(f"[rank{self.p.rank}]: {message}")
 
+    def faulty_rank(self) -> bool:
+        """Whether this rank injects the fault on this attempt (at some step)."""
+        return self.fault_active and (self.s.fault_ranks is None or self.p.rank in self.s.fault_ranks)
+
     def faulty(self, step: int) -> bool:
         """Whether this rank injects its fault at ``step`` (``slow`` persists from that step on)."""
-        if not self.fault_active or (self.s.fault_ranks is not None and self.p.rank not in self.s.fault_ranks):
+        if not self.faulty_rank():
             return False
         return step >= self.s.fault_step if self.s.fault == "slow" else step == self.s.fault_step
 
@@ -388,10 +449,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     torch.set_num_threads(1)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every local "node" is this host
-    port = master_port(env, placement)
+    try:
+        store = rendezvous(env, settings, placement)
+    except UsageError as exc:
+        print(f"[rank{placement.rank}]: error: {exc}", file=sys.stderr)
+        return 2
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
+        store=store,
         rank=placement.rank,
         world_size=placement.world,
         timeout=datetime.timedelta(seconds=settings.pg_timeout),

@@ -165,13 +165,20 @@ def _parse_time(value: str | None) -> float | None:
 
 
 def job_state(text: str | Sequence[str] | None) -> workloads.JobState:
-    """Slurm's base state (``RUNNING``, or ``["PENDING", "REQUEUED"]`` on 24.11) -> JobState."""
+    """Slurm's state (``RUNNING``, or ``["PENDING", "REQUEUED"]`` on 24.11) -> JobState.
+
+    The first name we know wins, except that the COMPLETING flag wins over the base state, as
+    ``scontrol show job`` prints it: 24.11's JSON says ``["PENDING", "COMPLETING"]`` for a job
+    requeued (held) whose processes are still ending, and those may still write output.
+    """
     if isinstance(text, str):
         names = [text]
     elif text:
         names = [str(t) for t in text]
     else:
         names = []
+    if len(names) > 1 and any(name.strip().upper() == "COMPLETING" for name in names):
+        return workloads.JobState.COMPLETING
     for name in names:
         base_name = name.split("+")[0].strip().upper()
         try:
@@ -269,6 +276,15 @@ def node_from_fields(name: str, state: str, reason: str, partitions: str | Seque
     )
 
 
+def node_from_json(rec: Mapping[str, Any]) -> workloads.NodeSnapshot:
+    """One node of slurmrestd's ``nodes[]`` (``state`` a string before v0.0.40, a list after)."""
+    state = rec.get("state")
+    words = [str(s) for s in state] if isinstance(state, list) else [str(state or "")]
+    words += [str(f) for f in rec.get("state_flags") or []]
+    return node_from_fields(str(rec.get("name", "")), "+".join(w.upper() for w in words if w),
+                            str(rec.get("reason") or ""), rec.get("partitions") or [])
+
+
 def node_from_scontrol(fields: Mapping[str, str]) -> workloads.NodeSnapshot:
     return node_from_fields(
         fields.get("NodeName", ""), fields.get("State", ""), fields.get("Reason", ""), fields.get("Partitions", "")
@@ -327,6 +343,16 @@ def expand_output_path(pattern: str, *, job_id: str, name: str, user: str, array
     return re.sub(r"%(\d*)([jJxuAaN%])", repl, pattern)
 
 
+def _json_reason(rec: Mapping[str, Any]) -> str:
+    """The job's reason as ``scontrol show job`` prints it: the state description, blanks turned
+    into underscores, when there is one, else the reason code. A job requeued held is
+    ``job_requeued_in_held_state`` in both; JSON's ``state_reason`` alone says ``JobHeldUser``
+    there on 24.11, the same as a person's ``scontrol uhold``."""
+    description = "_".join(_null(rec.get("state_description")).split())
+    reason = description or _null(rec.get("state_reason"))
+    return "" if reason == "None" else reason
+
+
 def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSnapshot | None:
     """One job of ``squeue --json`` / slurmrestd ``jobs[]``; None for a not-yet-split array record."""
     raw_id = _num(rec.get("job_id"))
@@ -339,8 +365,7 @@ def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSna
     job_id = f"{array_job}_{array_task}" if array_job and array_task is not None else str(raw_id)
     name = _null(rec.get("name"))
     state = job_state(rec.get("job_state"))
-    reason = _null(rec.get("state_reason"))
-    reason = "" if reason == "None" else reason
+    reason = _json_reason(rec)
     priority = _num(rec.get("priority"))
     code, signal = _exit(rec.get("exit_code"))
     nodes = expand_hostlist(_str_list(rec.get("nodes")))
@@ -356,7 +381,12 @@ def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSna
     stderr = _null(rec.get("standard_error")) or stdout
     started = _num(rec.get("start_time"))
     ended = _num(rec.get("end_time"))
-    held = _held(priority, reason) or rec.get("hold") is True
+    code_reason = _null(rec.get("state_reason"))
+    code_reason = "" if code_reason == "None" else code_reason
+    # The hold's reason *code* (JobHeldUser / JobHeldAdmin), not the description-first ``reason``:
+    # a person's `scontrol hold` on top of our requeue-hold changes the code and may keep the
+    # description, and the watchdog compares both to tell our hold from theirs.
+    held = _held(priority, code_reason) or _held(priority, reason) or rec.get("hold") is True
     return workloads.JobSnapshot(
         workload=workload_id(cluster or _null(rec.get("cluster")), job_id),
         job_id=job_id,
@@ -377,7 +407,7 @@ def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSna
         stdout_path=expand_output_path(stdout, **fmt) if stdout else None,
         stderr_path=expand_output_path(stderr, **fmt) if stderr else None,
         held=held,
-        hold_reason=reason if held else "",
+        hold_reason=code_reason if held else "",
         hold_detail=_null(rec.get("state_description")) if held and isinstance(rec.get("state_description"), str)
         else "",
         requeue_allowed=bool(rec.get("requeue", True)),
@@ -393,7 +423,10 @@ def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSna
 
 
 def argv_list_jobs() -> list[str]:
-    return ["squeue", "--json"]
+    """Every job slurmctld still holds, finished ones included: discovery learns how a run ended
+    from them. ``squeue --json`` lists all states on 22.05 but only pending and running jobs on
+    24.11, like plain ``squeue``; ``--states=all`` gives the same listing on both."""
+    return ["squeue", "--json", "--states=all"]
 
 
 def argv_squeue_job(job_id: str) -> list[str]:

@@ -86,7 +86,7 @@ class SlurmCommandScheduler:
     # ------------------------------------------------------------ reads
 
     async def list_jobs(self) -> list[workloads.JobSnapshot]:
-        """One ``squeue --json`` for all jobs (pending, running and finished within MinJobAge)."""
+        """One ``squeue --json --states=all`` for all jobs (pending, running and finished within MinJobAge)."""
         data = self._json(await self._call(slurm_cli.argv_list_jobs()))
         jobs: list[workloads.JobSnapshot] = []
         for rec in data.get("jobs") or []:

@@ -31,6 +31,10 @@ SUPPORTED_MINORS = range(38, 45)
 
 _VERSION_RE = re.compile(r"/slurm/v0\.0\.(\d+)/")
 
+TOKEN_REJECTED = frozenset({401, 403, 511})
+"""HTTP statuses of a rejected JWT: 401/403 from proxies and older servers; slurmrestd 24.11 answers
+an invalid token with 511 ("Protocol authentication error")."""
+
 
 class SlurmRest:
     """``base.Scheduler`` over slurmrestd. ``token`` is a Slurm JWT (``scontrol token``)."""
@@ -72,7 +76,7 @@ class SlurmRest:
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise base.SchedulerError(f"{self.name}: {method} {path} failed: {exc or type(exc).__name__}") from exc
-        if status in (401, 403):
+        if status in TOKEN_REJECTED:
             raise base.SchedulerError(f"{self.name}: token rejected (HTTP {status}); is the JWT valid and unexpired?")
         try:
             data = json.loads(text) if text.strip() else {}
@@ -150,14 +154,7 @@ class SlurmRest:
 
     async def list_nodes(self) -> list[workloads.NodeSnapshot]:
         data = await self._slurm("GET", "/nodes")
-        out = []
-        for rec in data.get("nodes") or []:
-            state = rec.get("state")
-            words = [str(s) for s in state] if isinstance(state, list) else [str(state or "")]
-            words += [str(f) for f in rec.get("state_flags") or []]
-            out.append(slurm_cli.node_from_fields(str(rec.get("name", "")), "+".join(w.upper() for w in words if w),
-                                                  str(rec.get("reason") or ""), rec.get("partitions") or []))
-        return out
+        return [slurm_cli.node_from_json(rec) for rec in data.get("nodes") or [] if isinstance(rec, dict)]
 
     # ------------------------------------------------------------ job operations
 

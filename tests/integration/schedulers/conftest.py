@@ -20,7 +20,7 @@ def loopback_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sshd.Ssh
 
 
 def open_transport(kind: str, cluster: slurm.SlurmCluster, server: sshd.Sshd | None) -> base.Scheduler:
-    conf = {"SLURM_CONF": cluster.env["SLURM_CONF"]}
+    conf = cluster.client_env
     if kind == "slurm-local":
         return factory.open_scheduler("slurm-local", env=conf)
     if kind == "slurm-ssh":

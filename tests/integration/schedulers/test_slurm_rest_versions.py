@@ -39,7 +39,7 @@ async def test_requeue_without_fallback_is_unsupported(slurm_cluster: slurm.Slur
 
 async def test_fallback_is_logged_with_its_transport(slurm_cluster: slurm.SlurmCluster,
                                                      caplog: pytest.LogCaptureFixture) -> None:
-    local = factory.open_scheduler("slurm-local", env={"SLURM_CONF": slurm_cluster.env["SLURM_CONF"]})
+    local = factory.open_scheduler("slurm-local", env=slurm_cluster.client_env)
     s = rest(slurm_cluster, fallback=local)
     job_id = slurm_cluster.submit("#!/bin/bash\nsleep 600\n", "--comment=trainguard", "--begin=now+3600")
     try:
@@ -55,7 +55,7 @@ async def test_bad_token_is_a_clear_error(slurm_cluster: slurm.SlurmCluster) -> 
     url = urlsplit(slurm_cluster.rest_url)
     s = factory.open_scheduler(f"slurm-rest://{url.hostname}:{url.port}", jwt="not-a-token")
     try:
-        with pytest.raises(base.SchedulerError, match=r"HTTP (401|403|500).*(token|JWT)"):
+        with pytest.raises(base.SchedulerError, match=r"HTTP (401|403|500|511).*(token|JWT)"):
             await s.list_jobs()
     finally:
         await s.close()

@@ -30,7 +30,7 @@ async def read_until(t: tailer.LogTailer, needle: str, within: float = 30.0) -> 
 
 
 async def test_follow_a_job_through_a_requeue(slurm_cluster: slurm.SlurmCluster) -> None:
-    sched = factory.open_scheduler("slurm-local", env={"SLURM_CONF": slurm_cluster.env["SLURM_CONF"]})
+    sched = factory.open_scheduler("slurm-local", env=slurm_cluster.client_env)
     disc = discovery.JobDiscovery(sched, clock.SystemClock())
     job_id = slurm_cluster.submit(SCRIPT, "--comment=trainguard", "--nodes=2", "--requeue", "--open-mode=append")
     try:

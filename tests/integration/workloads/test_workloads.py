@@ -211,7 +211,10 @@ def test_xid_fault_prints_the_driver_line_for_its_node_and_fails(workloads: Work
 def test_hang_stops_all_progress_while_the_job_stays_running(workloads: Workloads) -> None:
     job_id = workloads.submit(steps=400, fault="hang", fault_rank=1, fault_step=15, log_every=5)
     workloads.wait_output(job_id, r"^1: \[rank1\]: step 15: entering a blocking call$")
-    workloads.wait_output(job_id, r"^0: \[rank0\]: step 10/400 ", timeout=30)
+    # the last lines each rank prints before the hang; srun forwards the two ranks' output
+    # separately, so rank 0's may land after rank 1's hang line: the quiet period starts after all
+    for rank in (0, 1):
+        workloads.wait_output(job_id, rf"^{rank}: \[rank{rank}\]: local step 10 ", timeout=30)
     size = len(workloads.output(job_id))
     deadline = time.monotonic() + QUIET_SECONDS
     while time.monotonic() < deadline:
@@ -314,6 +317,71 @@ def test_a_second_run_resumes_where_the_first_stopped(tmp_path: Path) -> None:
     assert "[rank0]: resumed from checkpoint step=20 (attempt 1)" in second.stdout
     steps = [int(m) for m in re.findall(r"^\[rank0\]: step (\d+)/30 ", second.stdout, re.M)]
     assert steps == [30], second.stdout
+
+
+def start_rank(job_dir: Path, rank: int, log: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
+    """One rank of a job launched as Slurm would (``SLURM_*`` task variables; 2 ranks unless ``env``
+    says otherwise), without Slurm."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TG_"))}
+    slurm = {"SLURM_JOB_ID": "1", "SLURM_RESTART_COUNT": "0", "SLURM_NTASKS": "2", "SLURM_PROCID": str(rank)}
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-u", str(jobs.TRAIN_PY), "--step-time", "0", "--log-every", "1", *args],
+            env={**clean, **slurm, "TG_JOB_DIR": str(job_dir), "TG_PG_TIMEOUT": "60", **env},
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+        )
+
+
+@pytest.mark.integration
+def test_two_clusters_running_the_same_job_id_at_once_do_not_share_a_rendezvous(tmp_path: Path) -> None:
+    """Job ids restart at 1 on every fresh cluster, and several clusters share one host.
+
+    Job 1 of "cluster A" hangs in a collective (so it holds its rendezvous for as long as the test
+    wants); job 1 of "cluster B", in another directory, must still meet and complete. A port derived
+    from the job id gave B the port A holds: EADDRINUSE, or B's rank 1 joining A's store.
+    """
+    hung = [start_rank(tmp_path / "a", rank, tmp_path / f"a{rank}.log", "--steps", "400",
+                       TG_FAULT="hang", TG_FAULT_RANK="1", TG_FAULT_STEP="2") for rank in (0, 1)]
+    started = list(hung)
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while "step 2: entering a blocking call" not in (tmp_path / "a1.log").read_text(errors="replace"):
+            assert all(p.poll() is None for p in hung), (tmp_path / "a0.log").read_text(errors="replace")
+            assert time.monotonic() < deadline, "job 1 of cluster A never reached its hang"
+            time.sleep(0.2)
+        second = [start_rank(tmp_path / "b", rank, tmp_path / f"b{rank}.log", "--steps", "5") for rank in (0, 1)]
+        started += second
+        codes = [p.wait(timeout=JOB_TIMEOUT) for p in second]
+        logs = [(tmp_path / f"b{rank}.log").read_text(errors="replace") for rank in (0, 1)]
+        assert codes == [0, 0], "\n".join(logs)
+        assert "[rank0]: training complete: 5 steps" in logs[0]
+        assert all(p.poll() is None for p in hung), "cluster A's job is untouched"
+    finally:
+        for p in started:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.integration
+def test_a_rank_on_its_way_to_exit_93_is_not_turned_into_a_kill_by_sigterm(tmp_path: Path) -> None:
+    """srun --kill-on-bad-exit SIGTERMs the other ranks when the first one exits 93; one that had
+    not exited yet died of it, and the job ended 143:0 instead of 93:0 (a race under load)."""
+    rank = start_rank(tmp_path / "job", 0, tmp_path / "rank0.log", "--steps", "400", "--step-time", "0.05",
+                      SLURM_NTASKS="1", TG_FAULT="exit93", TG_FAULT_STEP="60")
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while "[rank0]: step 10/400 " not in (tmp_path / "rank0.log").read_text(errors="replace"):
+            assert rank.poll() is None, (tmp_path / "rank0.log").read_text(errors="replace")
+            assert time.monotonic() < deadline, "no progress"
+            time.sleep(0.2)
+        rank.send_signal(signal.SIGTERM)  # what srun does once another rank has exited 93
+        code = rank.wait(timeout=JOB_TIMEOUT)
+    finally:
+        rank.kill()
+        rank.wait()
+    text = (tmp_path / "rank0.log").read_text(errors="replace")
+    assert code == jobs.DO_NOT_REQUEUE_EXIT, text
+    assert "exiting with code 93 (do not requeue)" in text
 
 
 def test_job_script_rejects_what_sbatch_cannot_hold(tmp_path: Path) -> None:

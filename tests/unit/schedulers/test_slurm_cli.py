@@ -1,4 +1,8 @@
-"""Parsing of real Slurm 22.05 output (captured on the local cluster) and v0.0.42 JSON shapes."""
+"""Parsing of real Slurm output captured on the local cluster: 22.05 (Debian 12) and 24.11 (Debian 13,
+``hack/slurm-root.sh``): ``scontrol``, ``squeue --json`` and slurmrestd v0.0.40-v0.0.42.
+
+The 24.11 files hold the same jobs as the 22.05 ones, plus job 7, requeued held by ``scontrol
+requeuehold`` (Restarts=1); node4 is drained with our reason."""
 
 from __future__ import annotations
 
@@ -68,6 +72,67 @@ def test_squeue_json_matches_scontrol() -> None:
     for job_id, snap in from_json.items():
         for name in fields:
             assert getattr(snap, name) == getattr(from_text[job_id], name), (job_id, name)
+
+
+JSON_24_11 = ["squeue-24.11.json", "scontrol-show-job-24.11.json", "slurmrestd-v0.0.40-jobs.json",
+              "slurmrestd-v0.0.41-jobs.json", "slurmrestd-v0.0.42-jobs.json"]
+SNAPSHOT_FIELDS = ("workload", "state", "reason", "exit_code", "exit_signal", "attempt", "nodes", "excluded_nodes",
+                   "comment", "held", "array_job_id", "array_task_id", "stdout_path", "stderr_path", "partition",
+                   "requeue_allowed", "started_at", "ended_at")
+
+
+@pytest.mark.parametrize("source", JSON_24_11)
+def test_24_11_json_matches_scontrol_text(source: str) -> None:
+    """Every 24.11 JSON source gives the snapshot ``scontrol -o show job`` gives, field by field."""
+    data = json.loads((DATA / source).read_text())
+    from_json = {s.job_id: s for r in data["jobs"] if (s := slurm_cli.job_from_json(r))}
+    lines = (DATA / "scontrol-show-job-24.11.txt").read_text().splitlines()
+    from_text = {
+        s.job_id: s for s in (slurm_cli.job_from_scontrol(slurm_cli.parse_kv_line(x), "trainguard") for x in lines)
+    }
+    assert set(from_json) == set(from_text) == {"1", "2_1", "2_2", "3", "4", "5", "7"}
+    for job_id, snap in from_json.items():
+        for name in SNAPSHOT_FIELDS:
+            assert getattr(snap, name) == getattr(from_text[job_id], name), (job_id, name)
+
+
+def test_24_11_jobs() -> None:
+    data = json.loads((DATA / "scontrol-show-job-24.11.json").read_text())
+    jobs = {s.job_id: s for r in data["jobs"] if (s := slurm_cli.job_from_json(r))}
+    train = jobs["1"]
+    assert (train.state, train.exit_code, train.nodes) == (workloads.JobState.FAILED, 141, ["node1", "node2"])
+    assert train.comment == "trainguard policy=fast max-retries=3" and train.stdout_path
+    assert train.stdout_path.endswith("/train-1.out")
+    assert (jobs["2_2"].array_job_id, jobs["2_2"].array_task_id, jobs["2_2"].state) == (
+        "2", "2", workloads.JobState.RUNNING)
+    assert jobs["5"].held and jobs["5"].excluded_nodes == ["node4"] and jobs["5"].reason == "JobHeldUser"
+    requeued = jobs["7"]
+    assert (requeued.state, requeued.held, requeued.attempt) == (workloads.JobState.PENDING, True, 1)
+    # ours (scontrol requeuehold), told apart from a person's hold (job 5) as scontrol shows it
+    assert requeued.reason == "job_requeued_in_held_state"
+
+
+def test_24_11_requeue_held_job_still_completing_is_completing_as_scontrol_says() -> None:
+    """Captured right after ``scontrol requeuehold`` of a job whose tasks take long to die."""
+    (rec,) = json.loads((DATA / "scontrol-show-job-24.11-completing.json").read_text())["jobs"]
+    assert rec["job_state"] == ["PENDING", "COMPLETING"]
+    from_json = slurm_cli.job_from_json(rec, "trainguard")
+    line = (DATA / "scontrol-show-job-24.11-completing.txt").read_text().strip()
+    from_text = slurm_cli.job_from_scontrol(slurm_cli.parse_kv_line(line), "trainguard")
+    assert from_json is not None and from_json.state is workloads.JobState.COMPLETING
+    for name in SNAPSHOT_FIELDS:
+        assert getattr(from_json, name) == getattr(from_text, name), name
+
+
+def test_24_11_nodes_from_scontrol_and_slurmrestd_agree() -> None:
+    lines = (DATA / "scontrol-show-node-24.11.txt").read_text().splitlines()
+    text = {n.name: n for n in (slurm_cli.node_from_scontrol(slurm_cli.parse_kv_line(x)) for x in lines)}
+    rest = {n.name: n for n in map(slurm_cli.node_from_json,
+                                   json.loads((DATA / "slurmrestd-v0.0.42-nodes.json").read_text())["nodes"])}
+    assert text == rest
+    assert sorted(text) == ["node1", "node2", "node3", "node4"]
+    assert text["node4"].drained and text["node4"].reason == "trainguard: xid 79 on GPU 3"
+    assert not text["node1"].drained and text["node1"].partitions == ["debug"]
 
 
 def test_opt_in_is_first_token_exactly() -> None:
@@ -161,6 +226,8 @@ def test_node_names_are_validated(bad: str) -> None:
 
 
 def test_argv_lists() -> None:
+    # finished jobs must be listed on 24.11 too, whose squeue --json shows only active ones by default
+    assert slurm_cli.argv_list_jobs() == ["squeue", "--json", "--states=all"]
     assert slurm_cli.argv_job_op("requeuehold", "12_3") == ["scontrol", "requeuehold", "12_3"]
     assert slurm_cli.argv_exclude("7", ["node1", "node2"]) == [
         "scontrol", "update", "JobId=7", "ExcNodeList=node1,node2"]

@@ -128,12 +128,12 @@ async def test_drain_of_drained_node_changes_nothing() -> None:
 
 
 async def test_list_jobs_keeps_only_opted_in() -> None:
-    s, _ = scheduler({("squeue", "--json"): (0, (DATA / "squeue-22.05.json").read_text(), "")})
+    s, _ = scheduler({("squeue", "--json", "--states=all"): (0, (DATA / "squeue-22.05.json").read_text(), "")})
     jobs = await s.list_jobs()
     assert sorted(j.job_id for j in jobs) == ["1", "2_1", "2_2", "4", "5"]  # 3 has comment "other"
 
 
 async def test_list_jobs_reports_bad_json_clearly() -> None:
-    s, _ = scheduler({("squeue", "--json"): (0, "squeue: error: Invalid user\n", "")})
+    s, _ = scheduler({("squeue", "--json", "--states=all"): (0, "squeue: error: Invalid user\n", "")})
     with pytest.raises(base.SchedulerError, match="no JSON"):
         await s.list_jobs()
