@@ -40,6 +40,8 @@ MAX_WINDOW_SAMPLES = 512
 """Samples kept per window (the newest): a median of 512 is as good a baseline as of 50,000, and
 the bound keeps each sample O(1) amortised even when timestamps jump backwards (time-of-day
 stamps wrapping at midnight, interleaved ranks) and no sample ever leaves the window by age."""
+PEER_CHECK_INTERVAL_S = 1.0
+"""The live detector compares ranks with their peers at most this often (clock seconds)."""
 MAX_SHAPES = 16
 """Line shapes tracked per attempt for the job rate; further shapes (a log that changes format
 without end) are not tracked, which bounds the memory of one detector."""

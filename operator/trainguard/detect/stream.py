@@ -126,6 +126,7 @@ class WorkloadDetector:
         self._root = hosts.RootCauseReader()
         self._ranks_seen: set[int] = set()
         self._straggler_reported: set[str] = set()
+        self._peers_checked: float | None = None
         self._ended = False
 
     def feed(self, line: signals.LogLine) -> list[anomalies.Anomaly]:
@@ -227,7 +228,13 @@ class WorkloadDetector:
 
     def _stragglers(self, now: float) -> list[anomalies.Anomaly]:
         found: list[anomalies.Anomaly] = []
-        for drop in self._peers.stragglers(now):
+        drops: list[straggler.Drop] = []
+        if self._peers_checked is None or now - self._peers_checked >= straggler.PEER_CHECK_INTERVAL_S:
+            # feed() ticks on every line: with thousands of ranks, comparing them on every line would
+            # cost O(ranks) per line; persistence is minutes, so once a second loses nothing.
+            self._peers_checked = now
+            drops = self._peers.stragglers(now)
+        for drop in drops:
             if drop.key in self._straggler_reported:
                 continue
             self._straggler_reported.add(drop.key)

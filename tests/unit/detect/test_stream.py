@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainguard.detect import catalog, hosts, matcher, stream
+import pytest
+
+from trainguard.detect import catalog, hosts, matcher, straggler, stream
 from trainguard.model import anomalies, clock, patterns, signals, vocab, workloads
 
 SPECS = [
@@ -236,3 +238,24 @@ def test_job_wide_drop_names_the_rank_whose_compute_rose() -> None:
     )
     assert [(a.suspect_ranks, a.suspect_nodes) for a in found] == [([2], ["n3"])]
     assert any(e.rank == 2 and e.node == "n3" for e in found[0].evidence)
+
+
+def test_ranks_are_compared_at_most_once_per_clock_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """feed() ticks on every line: 4096 ranks' lines arriving together cost one peer comparison, not
+    one per line (each comparison walks every rank)."""
+    calls: list[float] = []
+    original = straggler.PeerComparison.stragglers
+
+    def counted(self: straggler.PeerComparison, now: float) -> list[straggler.Drop]:
+        calls.append(now)
+        return original(self, now)
+
+    monkeypatch.setattr(straggler.PeerComparison, "stragglers", counted)
+    detector, now = make()
+    feed = Feeder(detector, now)
+    for _ in range(3):
+        for rank in range(4096):
+            feed(f"[rank{rank}]:step 7 | samples/sec: 400.0")
+        detector.tick()
+        now.advance(5)
+    assert len(calls) == 3
