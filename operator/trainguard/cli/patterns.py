@@ -57,10 +57,10 @@ def add_parser(sub: Any) -> None:
 
     test = actions.add_parser(
         "test", help="run every example and counter-example; exit 1 on a failure",
-        description="Check every entry's examples (must match) and counter-examples (must not). An entry from "
-        "--patterns-file must also decide its own examples: read alone, each example's first cause is the "
-        "entry's category (else a built-in entry shadows it). SAMPLE files (your own logs) are printed "
-        "line by line with the ids that match.",
+        description="Check every entry's examples (must match) and counter-examples (must not). An error or "
+        "fatal entry from --patterns-file must also decide its own examples: read alone, each example's first "
+        "cause is the entry's category (else a built-in entry shadows it). SAMPLE files (your own logs) are "
+        "printed line by line with the ids that match.",
     )
     test.add_argument("--engine", choices=("auto", *matchers.ENGINES), default="auto",
                       help="matcher engine to test the examples with (default: the fastest installed)")
@@ -168,7 +168,7 @@ def run_test(args: argparse.Namespace) -> int:
             if spec.id in matcher.match(line):
                 failures += 1
                 print(f"FAIL {spec.id}: counter-example matches: {line!r}")
-        if spec.id in own:
+        if spec.id in own and spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR):
             for line in spec.examples:
                 decided = _first_cause(matcher, catalog, hints, line)
                 if decided is not None and decided.category != spec.category:
