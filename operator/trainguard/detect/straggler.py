@@ -72,7 +72,7 @@ class ThroughputTracker:
         self.fraction = fraction
         self.window = window
         self.baseline_window = baseline_window
-        self._samples: deque[tuple[float, float]] = deque(maxlen=MAX_WINDOW_SAMPLES)
+        self._samples = _Window()
         self._low: deque[tuple[float, float]] = deque(maxlen=MAX_WINDOW_SAMPLES)
         self._low_since: float | None = None
         self._low_first: anomalies.Evidence | None = None
@@ -88,16 +88,16 @@ class ThroughputTracker:
         else:
             self._low.clear()
             self._low_first, self._baseline, self._low_since = None, None, None
-            self._samples.append((at, rate))
-            horizon = at - self.baseline_window
-            while self._samples and self._samples[0][0] < horizon:
-                self._samples.popleft()
+            self._samples.add(at, rate)
+            self._samples.expire(at - self.baseline_window)
 
     def _current_baseline(self, at: float) -> float | None:
-        values = [rate for when, rate in self._samples if when >= at - self.baseline_window]
-        if len(values) < MIN_BASELINE_SAMPLES:
+        """Median of the baseline window: kept sorted as samples come and go, so a sample costs a
+        bisect, not a sort of the window (every rank's line of one shape feeds this tracker)."""
+        self._samples.expire(at - self.baseline_window)
+        if len(self._samples.samples) < MIN_BASELINE_SAMPLES:
             return None
-        return statistics.median(values)
+        return self._samples.median()
 
     def drop(self, now: float) -> Drop | None:
         """The current sustained drop, if the low run has lasted ``window`` up to ``now``."""
