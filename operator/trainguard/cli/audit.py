@@ -34,7 +34,8 @@ def _positive(text: str) -> int:
     return value
 
 
-def _timestamp(text: str) -> datetime.datetime:
+def timestamp(text: str) -> datetime.datetime:
+    """An ISO 8601 argument as an aware datetime (no offset means UTC); also used by ``patterns fired``."""
     try:
         when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
@@ -52,7 +53,7 @@ def add_parser(sub: Any) -> None:
                         help=f"database URL (default: {location.DEFAULT_DB_URL})")
     parser.add_argument("--workload", metavar="ID", help="only records of this workload")
     parser.add_argument("--kind", choices=[k.value for k in vocab.AuditKind], help="only records of this kind")
-    parser.add_argument("--since", type=_timestamp, metavar="ISO",
+    parser.add_argument("--since", type=timestamp, metavar="ISO",
                         help="only records at or after this time (ISO 8601; no offset means UTC)")
     parser.add_argument("--limit", type=_positive, metavar="N", help="only the N most recent matching records")
     parser.add_argument("--format", choices=("json", "text"), default="text",

@@ -1,23 +1,31 @@
-"""`trainguard patterns`: export, list and self-test the pattern catalog.
+"""`trainguard patterns`: export, list and self-test the pattern catalog; show which entries fired.
 
-Shell over ``detect.catalog`` and ``detect.matcher``. ``export --format lines`` is a contract
-(docs/cli.md; scripts depend on it): exactly the regexes the matcher compiles, one per line,
-catalog order, so ``rg -c -f <(trainguard patterns export --format lines) FILE`` counts what
-``scan`` counts.
+Shell over ``detect.catalog`` and ``detect.matcher`` (and ``store`` for ``fired``, read-only).
+``export --format lines`` is a contract (docs/cli.md; scripts depend on it): exactly the regexes
+the matcher compiles, one per line, catalog order, so
+``rg -c -f <(trainguard patterns export --format lines) FILE`` counts what ``scan`` counts.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from trainguard.cli import audit as audit_cli
 from trainguard.detect import catalog as catalogs
+from trainguard.detect import first_cause, hosts, sanitize, static, stream
 from trainguard.detect import matcher as matchers
+from trainguard.model import anomalies, signals, vocab
+from trainguard.store import location
+
+if TYPE_CHECKING:
+    from trainguard.store import audit
 
 
 def add_parser(sub: Any) -> None:
@@ -47,11 +55,36 @@ def add_parser(sub: Any) -> None:
     common(listing)
     listing.set_defaults(func=run_list)
 
-    test = actions.add_parser("test", help="run every example and counter-example; exit 1 on a failure")
+    test = actions.add_parser(
+        "test", help="run every example and counter-example; exit 1 on a failure",
+        description="Check every entry's examples (must match) and counter-examples (must not). An error or "
+        "fatal entry from --patterns-file must also decide its own examples: read alone, each example's first "
+        "cause is the entry's category (else a built-in entry shadows it). SAMPLE files (your own logs) are "
+        "printed line by line with the ids that match.",
+    )
     test.add_argument("--engine", choices=("auto", *matchers.ENGINES), default="auto",
                       help="matcher engine to test the examples with (default: the fastest installed)")
+    test.add_argument("--only", metavar="PREFIX", default="",
+                      help="test only entries whose id starts with PREFIX (e.g. 'site.' for your own)")
+    test.add_argument("samples", nargs="*", type=Path, metavar="SAMPLE",
+                      help="log files to show matches for: each matched line as FILE:LINE: ids | text")
     common(test)
     test.set_defaults(func=run_test)
+
+    fired = actions.add_parser(
+        "fired", help="which patterns fired on which workloads (from the recorded anomalies)",
+        description="Count, per pattern id, the recorded anomalies whose evidence cites it, how often it was the "
+        "first cause, and on which workloads. Read-only: the database is never created or changed.",
+    )
+    fired.add_argument("--db", default=location.DEFAULT_DB_URL, metavar="URL",
+                       help=f"database URL (default: {location.DEFAULT_DB_URL})")
+    fired.add_argument("--since", type=audit_cli.timestamp, metavar="ISO",
+                       help="only anomalies at or after this time (ISO 8601; no offset means UTC)")
+    fired.add_argument("--workload", metavar="ID", help="only anomalies of this workload")
+    fired.add_argument("--format", choices=("table", "json"), default="table",
+                       help="json: one object per line (pattern, anomalies, first_cause, workloads, first, last); "
+                       "table: aligned columns (default)")
+    fired.set_defaults(func=run_fired)
 
     parser.set_defaults(func=lambda args: _usage(parser))
 
@@ -118,7 +151,11 @@ def run_test(args: argparse.Namespace) -> int:
         return 2
     failures = 0
     checked = 0
+    own = {spec.id for path in args.patterns_file for spec in catalogs.load_file(path)}
+    hints = {spec.id: spec.attribution_hint for spec in catalog.patterns}
     for spec in catalog.patterns:
+        if not spec.id.startswith(args.only):
+            continue
         for problem in catalogs.agreement_problems(spec.regex):
             print(f"warning: {spec.id}: {problem}", file=sys.stderr)
         for line in spec.examples:
@@ -131,5 +168,77 @@ def run_test(args: argparse.Namespace) -> int:
             if spec.id in matcher.match(line):
                 failures += 1
                 print(f"FAIL {spec.id}: counter-example matches: {line!r}")
+        if spec.id in own and spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR):
+            for line in spec.examples:
+                decided = _first_cause(matcher, catalog, hints, line)
+                if decided is not None and decided.category != spec.category:
+                    failures += 1
+                    print(f"FAIL {spec.id}: example is read as {decided.category.value} "
+                          f"(decided by {decided.pattern}), not {spec.category.value}: {line!r}")
     print(f"{checked} lines checked with engine {matcher.engine}: {failures} failure(s)")
+    for path in args.samples:
+        if not _show_matches(matcher, path):
+            return 2
     return 1 if failures else 0
+
+
+def _first_cause(
+    matcher: matchers.Matcher, catalog: catalogs.Catalog, hints: dict[str, vocab.Attribution], line: str
+) -> anomalies.Evidence | None:
+    """The initiating evidence ``detect`` would pick for ``line`` read alone (None: no cause)."""
+    text = sanitize.clean_line(line.encode())
+    prefix = hosts.parse_prefix(text)
+    log_line = signals.LogLine(text=text, lineno=1, received_at=0.0)
+    evidence = [
+        stream.evidence_from_hit(catalog.by_id[pid], log_line, prefix, matcher.extract(pid, text), at=None)
+        for pid in matcher.match(text)
+        if pid in catalog.by_id
+    ]
+    found = first_cause.find_first_cause(evidence, hints=hints)
+    return found.initiating if found is not None else None
+
+
+def _show_matches(matcher: matchers.Matcher, path: Path) -> bool:
+    """``FILE:LINE: id,id | text`` for every matched line of one sample log; False if unreadable."""
+    try:
+        with path.open("rb") as handle:
+            for lineno, raw in enumerate(static.read_lines(handle), start=1):
+                text = sanitize.clean_line(raw)
+                if ids := matcher.match(text):
+                    print(f"{path}:{lineno}: {','.join(ids)} | {text[:300]}")
+    except OSError as exc:
+        print(f"trainguard patterns test: {path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
+
+
+async def _fired(args: argparse.Namespace) -> list[audit.PatternFiring]:
+    from trainguard.store import database  # here, not at the top: keeps `trainguard --help` light
+
+    store = await database.open_store(args.db, readonly=True)
+    try:
+        return await store.fired_patterns(since=args.since, workload=args.workload)
+    finally:
+        await store.close()
+
+
+def run_fired(args: argparse.Namespace) -> int:
+    from trainguard.store import database
+
+    try:
+        found = asyncio.run(_fired(args))
+    except database.StoreError as exc:
+        print(f"trainguard patterns fired: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        for item in found:
+            print(json.dumps(item.to_json(), sort_keys=True))
+        return 0
+    rows = [("PATTERN", "ANOMALIES", "FIRST-CAUSE", "WORKLOADS")]
+    for item in found:
+        workloads = ", ".join(f"{name} ({count})" for name, count in sorted(item.workloads.items()))
+        rows.append((item.pattern, str(item.anomalies), str(item.first_cause), workloads))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]]).rstrip())
+    return 0

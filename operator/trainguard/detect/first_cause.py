@@ -33,6 +33,7 @@ that lags (a lower ``last completed NCCL work`` than its peers in PyTorch >= 2.2
 
 from __future__ import annotations
 
+import bisect
 import enum
 import re
 from collections import Counter
@@ -172,7 +173,7 @@ def find_first_cause(
     """
     ordered = sorted(evidence, key=lambda e: e.line)
     ranked = [(classify(e), index, e) for index, e in enumerate(ordered)]
-    ranked = _after_application_xid(_unwrap(ranked))
+    ranked = _truncated_cascade(_after_application_xid(_unwrap(ranked)))
     candidates = [item for item in ranked if item[0] < Rank.CONTEXT]
     if all(item[0] == Rank.HARDWARE_WARNING for item in candidates):
         return None  # warnings alone never make a crash; they stay as context
@@ -283,6 +284,37 @@ def _after_application_xid(
             strength = Rank.SPECIFIC
         out.append((strength, index, e))
     return sorted(out, key=lambda item: item[1])
+
+
+_LEADING_LABELS = re.compile(r"^(?:\s{0,6}\d{1,6}: |\[(?:rank|default)\d{1,6}\]:\s?)+")
+_DIGITS = re.compile(r"\d+")
+
+
+def _truncated_cascade(
+    ranked: list[tuple[Rank, int, anomalies.Evidence]],
+) -> list[tuple[Rank, int, anomalies.Evidence]]:
+    """A line cut short (its writer killed mid-line, a capped log line) can lose the words that mark
+    it as a cascade: ``DistBackendError: NCCL error in: P`` is what is left of a peer's ``... remote
+    process exited ...``. A broad-category line whose text, without its rank label and with numbers
+    blurred, begins another line that is a cascade symptom is that symptom, cut: a cascade too."""
+    bodies = sorted({_shape(e.text) for rank_class, _, e in ranked if rank_class == Rank.CASCADE})
+    if not bodies:
+        return ranked
+
+    def cut_cascade(item: anomalies.Evidence) -> bool:
+        body = _shape(item.text)
+        at = bisect.bisect_left(bodies, body)
+        return at < len(bodies) and bodies[at].startswith(body) and bodies[at] != body
+
+    return [
+        (Rank.CASCADE, index, e) if rank_class == Rank.SPECIFIC and e.category in TEXT_DECIDES and cut_cascade(e)
+        else (rank_class, index, e)
+        for rank_class, index, e in ranked
+    ]
+
+
+def _shape(text: str) -> str:
+    return _DIGITS.sub("0", _LEADING_LABELS.sub("", text, count=1))
 
 
 def _reason_text(text: str) -> str:

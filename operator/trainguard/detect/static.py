@@ -79,6 +79,7 @@ and the lagging-rank analysis read; a log repeating one warning a million times 
 @dataclass(frozen=True, slots=True)
 class _Sample:
     key: str | None
+    group: str
     at: float | None
     rate: float
     evidence: anomalies.Evidence
@@ -181,7 +182,7 @@ class FileAnalyzer:
                     if prefix.rank is not None
                     else (f"node:{prefix.node}" if prefix.node else None)
                 )
-                samples.append(_Sample(key, item.at, parsed.rate, item))
+                samples.append(_Sample(key, straggler.line_shape(text), item.at, parsed.rate, item))
 
         evidence = [_with_node(e, rank_map) for e in evidence]
         cause = first_cause.find_first_cause(
@@ -241,23 +242,27 @@ class FileAnalyzer:
         ranked_keys = [k for k in by_key if k is not None]
         if len(ranked_keys) >= straggler.MIN_PEERS:
             peers = straggler.PeerComparison(fraction, window)
-            ordinal: dict[str, int] = {}
+            ordinal: dict[tuple[str, str], int] = {}
             last_check: float | None = None
             for sample in samples:
                 if sample.key is None or (timed and sample.at is None):
                     continue
-                ordinal[sample.key] = ordinal.get(sample.key, 0) + 1
-                at = sample.at if timed and sample.at is not None else float(ordinal[sample.key])
-                peers.add(sample.key, at, sample.rate, sample.evidence)
+                series = (sample.group, sample.key)
+                ordinal[series] = ordinal.get(series, 0) + 1
+                at = sample.at if timed and sample.at is not None else float(ordinal[series])
+                peers.add(sample.key, at, sample.rate, sample.evidence, group=sample.group)
                 if last_check is not None and at - last_check < window / 10:
                     continue
                 last_check = at
                 found = peers.stragglers(at)
                 if found:
                     return found[0]
-        main_key = max(by_key, key=lambda k: len(by_key[k]))
+        by_series: dict[tuple[str | None, str], list[_Sample]] = {}
+        for sample in samples:
+            by_series.setdefault((sample.key, sample.group), []).append(sample)
+        main_series = max(by_series, key=lambda k: len(by_series[k]))
         tracker = straggler.ThroughputTracker(fraction, window, baseline)
-        for index, sample in enumerate(by_key[main_key]):
+        for index, sample in enumerate(by_series[main_series]):
             if timed and sample.at is None:
                 continue
             at = sample.at if timed and sample.at is not None else float(index)

@@ -13,13 +13,19 @@ jitter out):
   One slow iteration (checkpoint save, eval pause, fp16 overflow skip, loss spike) is followed
   by normal samples and resets the run, so it never qualifies.
 * ``PeerComparison``: where ranks report their own rate, a rank whose median over the window is
-  below ``fraction`` x the median of its peers, for ``window``, is the suspect.
+  below ``fraction`` x the median of its peers, for ``window``, is the suspect. Only lines of one
+  shape are compared (``line_shape``: a rank's own line, not rank 0's job-wide one), so a single
+  slow rank is found while the job-level rate holds, rank 0 included. ``slow_now`` names the rank
+  behind a job-wide drop that ``ThroughputTracker`` already found persistent.
 """
 
 from __future__ import annotations
 
+import bisect
+import re
 import statistics
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainguard.model import anomalies
@@ -34,6 +40,14 @@ MAX_WINDOW_SAMPLES = 512
 """Samples kept per window (the newest): a median of 512 is as good a baseline as of 50,000, and
 the bound keeps each sample O(1) amortised even when timestamps jump backwards (time-of-day
 stamps wrapping at midnight, interleaved ranks) and no sample ever leaves the window by age."""
+PEER_CHECK_INTERVAL_S = 1.0
+"""The live detector compares ranks with their peers at most this often (clock seconds)."""
+MAX_SHAPES = 16
+"""Line shapes tracked per attempt for the job rate; further shapes (a log that changes format
+without end) are not tracked, which bounds the memory of one detector."""
+MAX_SHAPE_CHARS = 200
+"""Characters of a progress line read for its shape (``line_shape``)."""
+_WORD = re.compile(r"[A-Za-z][\w./-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +72,7 @@ class ThroughputTracker:
         self.fraction = fraction
         self.window = window
         self.baseline_window = baseline_window
-        self._samples: deque[tuple[float, float]] = deque(maxlen=MAX_WINDOW_SAMPLES)
+        self._samples = _Window()
         self._low: deque[tuple[float, float]] = deque(maxlen=MAX_WINDOW_SAMPLES)
         self._low_since: float | None = None
         self._low_first: anomalies.Evidence | None = None
@@ -74,16 +88,16 @@ class ThroughputTracker:
         else:
             self._low.clear()
             self._low_first, self._baseline, self._low_since = None, None, None
-            self._samples.append((at, rate))
-            horizon = at - self.baseline_window
-            while self._samples and self._samples[0][0] < horizon:
-                self._samples.popleft()
+            self._samples.add(at, rate)
+            self._samples.expire(at - self.baseline_window)
 
     def _current_baseline(self, at: float) -> float | None:
-        values = [rate for when, rate in self._samples if when >= at - self.baseline_window]
-        if len(values) < MIN_BASELINE_SAMPLES:
+        """Median of the baseline window: kept sorted as samples come and go, so a sample costs a
+        bisect, not a sort of the window (every rank's line of one shape feeds this tracker)."""
+        self._samples.expire(at - self.baseline_window)
+        if len(self._samples.samples) < MIN_BASELINE_SAMPLES:
             return None
-        return statistics.median(values)
+        return self._samples.median()
 
     def drop(self, now: float) -> Drop | None:
         """The current sustained drop, if the low run has lasted ``window`` up to ``now``."""
@@ -96,47 +110,136 @@ class ThroughputTracker:
         return Drop(since=since, baseline=self._baseline, current=current, first=self._low_first)
 
 
+class _Window:
+    """One series' samples inside the window, also kept sorted so its median costs O(1) per read.
+
+    Adding or expiring a sample is a bisect plus a list shift of at most ``MAX_WINDOW_SAMPLES``
+    floats (a memmove), so a tick over thousands of ranks never re-sorts whole windows.
+    """
+
+    __slots__ = ("ordered", "samples")
+
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, float]] = deque()
+        self.ordered: list[float] = []
+
+    def add(self, at: float, rate: float) -> None:
+        if len(self.samples) >= MAX_WINDOW_SAMPLES:
+            self._drop_oldest()
+        self.samples.append((at, rate))
+        bisect.insort(self.ordered, rate)
+
+    def expire(self, horizon: float) -> None:
+        while self.samples and self.samples[0][0] < horizon:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, rate = self.samples.popleft()
+        del self.ordered[bisect.bisect_left(self.ordered, rate)]
+
+    def median(self) -> float:
+        return _sorted_median(self.ordered)
+
+
+def _sorted_median(values: Sequence[float], skip: int | None = None) -> float:
+    """Median of sorted ``values``, leaving out position ``skip`` when given (O(1))."""
+    count = len(values) - (1 if skip is not None else 0)
+
+    def at(index: int) -> float:
+        return values[index + 1] if skip is not None and index >= skip else values[index]
+
+    middle = count // 2
+    return at(middle) if count % 2 else (at(middle - 1) + at(middle)) / 2.0
+
+
+def line_shape(text: str) -> str:
+    """The words of a progress line without numbers or names with digits in them.
+
+    Rank 0 often prints the job's aggregate line beside its own per-rank line; both carry a rate
+    under the same rank, and one series mixing them hides a slow rank 0 (the median of 1200 and
+    120 alternating is 660). Keyed by shape, ``[rank0]: step 10/200 | 1200 samples/s`` and
+    ``[rank0]: local step 10 | 120 samples/s`` are two series, while the prefixes that name the
+    rank or host (``[rank3]:``, ``gpu-a01:41000:41000``) drop out and every rank's line of one kind
+    shares a shape.
+    """
+    return " ".join(word for word in _WORD.findall(text[:MAX_SHAPE_CHARS]) if not any(c.isdigit() for c in word))
+
+
 class PeerComparison:
-    """Per-rank (or per-node) rates compared with the peers' median over a sliding window."""
+    """Per-rank (or per-node) rates compared with the peers' median over a sliding window.
+
+    Series are compared only with series of the same ``group`` (the line's shape): ranks' own
+    lines with ranks' own lines, never with rank 0's job-wide line. Each tick costs O(series x
+    log series) for the peers' median, plus amortised O(1) per sample added or expired.
+    """
 
     def __init__(self, fraction: float, window: float) -> None:
         if not 0.0 < fraction < 1.0:
             raise ValueError(f"throughput drop fraction must be in (0, 1), got {fraction}")
         self.fraction = fraction
         self.window = window
-        self._series: dict[str, deque[tuple[float, float]]] = {}
-        self._low_since: dict[str, float] = {}
-        self._first: dict[str, anomalies.Evidence] = {}
-        self._last_evidence: dict[str, anomalies.Evidence] = {}
+        self._series: dict[tuple[str, str], _Window] = {}
+        self._low_since: dict[tuple[str, str], float] = {}
+        self._first: dict[tuple[str, str], anomalies.Evidence] = {}
+        self._last_evidence: dict[tuple[str, str], anomalies.Evidence] = {}
 
-    def add(self, key: str, at: float, rate: float, evidence: anomalies.Evidence | None = None) -> None:
-        series = self._series.setdefault(key, deque(maxlen=MAX_WINDOW_SAMPLES))
-        series.append((at, rate))
+    def add(
+        self, key: str, at: float, rate: float, evidence: anomalies.Evidence | None = None, *, group: str = ""
+    ) -> None:
+        ident = (group, key)
+        series = self._series.get(ident)
+        if series is None:
+            series = self._series[ident] = _Window()
+        series.add(at, rate)
         if evidence is not None:
-            self._last_evidence[key] = evidence
-        horizon = at - self.window
-        while series and series[0][0] < horizon:
-            series.popleft()
+            self._last_evidence[ident] = evidence
+        series.expire(at - self.window)
+
+    def series_count(self) -> int:
+        """Series currently held (at most one per rank and line shape)."""
+        return len(self._series)
 
     def stragglers(self, now: float) -> list[Drop]:
-        """Series slow against their peers for at least ``window``, slowest first."""
-        medians = {
-            key: statistics.median(rate for when, rate in series if when >= now - self.window)
-            for key, series in self._series.items()
-            if sum(1 for when, _ in series if when >= now - self.window) >= MIN_LOW_SAMPLES
-        }
-        if len(medians) < MIN_PEERS:
-            return []
-        found: list[Drop] = []
-        for key, value in medians.items():
-            peers = statistics.median(v for k, v in medians.items() if k != key)
-            if peers > 0 and value < self.fraction * peers:
-                since = self._low_since.setdefault(key, now)
-                if key not in self._first and key in self._last_evidence:
-                    self._first[key] = self._last_evidence[key]
-                if now - since >= self.window:
-                    found.append(Drop(since, peers, value, self._first.get(key), key))
-            else:
-                self._low_since.pop(key, None)
-                self._first.pop(key, None)
-        return sorted(found, key=lambda d: d.current / d.baseline)
+        """Series slow against their peers for at least ``window``, slowest first (one per key)."""
+        return self._scan(now, persistent=True)
+
+    def slow_now(self, now: float) -> list[Drop]:
+        """Series below their peers at ``now``, however briefly (slowest first, one per key): names the
+        rank behind a job-wide drop whose own persistence was already established."""
+        return self._scan(now, persistent=False)
+
+    def _scan(self, now: float, *, persistent: bool) -> list[Drop]:
+        by_group: dict[str, dict[str, float]] = {}
+        for ident, series in list(self._series.items()):
+            series.expire(now - self.window)
+            if not series.samples:
+                self._forget(ident)
+            elif len(series.samples) >= MIN_LOW_SAMPLES:
+                by_group.setdefault(ident[0], {})[ident[1]] = series.median()
+        found: dict[str, Drop] = {}
+        for group, medians in by_group.items():
+            if len(medians) < MIN_PEERS:
+                continue
+            ordered = sorted(medians.values())
+            for key, value in medians.items():
+                ident = (group, key)
+                peers = _sorted_median(ordered, skip=bisect.bisect_left(ordered, value))
+                if peers > 0 and value < self.fraction * peers:
+                    since = self._low_since.setdefault(ident, now)
+                    if ident not in self._first and ident in self._last_evidence:
+                        self._first[ident] = self._last_evidence[ident]
+                    if not persistent or now - since >= self.window:
+                        drop = Drop(since, peers, value, self._first.get(ident), key)
+                        if key not in found or drop.current / drop.baseline < found[key].current / found[key].baseline:
+                            found[key] = drop
+                else:
+                    self._low_since.pop(ident, None)
+                    self._first.pop(ident, None)
+        return sorted(found.values(), key=lambda d: d.current / d.baseline)
+
+    def _forget(self, ident: tuple[str, str]) -> None:
+        """A series with nothing in the window (the rank stopped reporting) holds no memory."""
+        self._series.pop(ident, None)
+        self._low_since.pop(ident, None)
+        self._first.pop(ident, None)
+        self._last_evidence.pop(ident, None)

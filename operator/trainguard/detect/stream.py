@@ -13,6 +13,7 @@ A fatal hit is never withdrawn. The evidence is kept, so a later crash still sho
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -120,13 +121,12 @@ class WorkloadDetector:
         hints = {spec.id: spec.attribution_hint for spec in matcher.catalog.patterns}
         self._crash = crash.CrashDetector(settings.settle_s, hints)
         self._hang = hang.HangDetector(settings.hang_timeout_s)
-        self._throughput = straggler.ThroughputTracker(
-            settings.throughput_drop_fraction, settings.throughput_window_s, settings.baseline_window_s
-        )
+        self._throughput: dict[str, straggler.ThroughputTracker] = {}
         self._peers = straggler.PeerComparison(settings.throughput_drop_fraction, settings.throughput_window_s)
         self._root = hosts.RootCauseReader()
         self._ranks_seen: set[int] = set()
         self._straggler_reported: set[str] = set()
+        self._peers_checked: float | None = None
         self._ended = False
 
     def feed(self, line: signals.LogLine) -> list[anomalies.Anomaly]:
@@ -175,10 +175,24 @@ class WorkloadDetector:
             self._crash.withdraw()
         if found.rate is None:
             return
-        self._throughput.add(line.received_at, found.rate, item)
+        shape = straggler.line_shape(line.text)
+        if (tracker := self._tracker(shape)) is not None:
+            tracker.add(line.received_at, found.rate, item)
         key = _series_key(item)
         if key is not None:
-            self._peers.add(key, line.received_at, found.rate, item)
+            self._peers.add(key, line.received_at, found.rate, item, group=shape)
+
+    def _tracker(self, shape: str) -> straggler.ThroughputTracker | None:
+        """The job-rate tracker of one line shape: rank 0's job-wide line is tracked apart from the
+        ranks' own lines (a mixture of both has a median that hides either's drop)."""
+        tracker = self._throughput.get(shape)
+        if tracker is None and len(self._throughput) < straggler.MAX_SHAPES:
+            s = self._settings
+            tracker = straggler.ThroughputTracker(
+                s.throughput_drop_fraction, s.throughput_window_s, s.baseline_window_s
+            )
+            self._throughput[shape] = tracker
+        return tracker
 
     def _has_fatal(self) -> bool:
         return any(e.severity == vocab.Severity.FATAL for e in self._crash.evidence)
@@ -214,15 +228,26 @@ class WorkloadDetector:
 
     def _stragglers(self, now: float) -> list[anomalies.Anomaly]:
         found: list[anomalies.Anomaly] = []
-        for drop in self._peers.stragglers(now):
+        drops: list[straggler.Drop] = []
+        if self._peers_checked is None or now - self._peers_checked >= straggler.PEER_CHECK_INTERVAL_S:
+            # feed() ticks on every line: with thousands of ranks, comparing them on every line would
+            # cost O(ranks) per line; persistence is minutes, so once a second loses nothing.
+            self._peers_checked = now
+            drops = self._peers.stragglers(now)
+        for drop in drops:
             if drop.key in self._straggler_reported:
                 continue
             self._straggler_reported.add(drop.key)
             found.append(self._straggler_anomaly(drop, now))
-        job_drop = self._throughput.drop(now)
+        job_drop = next((d for t in self._throughput.values() if (d := t.drop(now)) is not None), None)
         if job_drop is not None and "" not in self._straggler_reported and not found:
             self._straggler_reported.add("")
-            found.append(self._straggler_anomaly(job_drop, now))
+            # The job-wide drop is already persistent: a rank below its peers now is the one behind it
+            # (its own compute time rose while the others wait for it), so the anomaly names it at once.
+            slow = self._peers.slow_now(now)
+            named = slow if len(slow) * 4 <= self._peers.series_count() else []
+            self._straggler_reported.update(d.key for d in named)
+            found.append(straggler_anomaly(job_drop, now, self.rank_map, named))
         return found
 
     def _straggler_anomaly(self, drop: straggler.Drop, now: float) -> anomalies.Anomaly:
@@ -237,29 +262,39 @@ def _series_key(item: anomalies.Evidence) -> str | None:
     return None
 
 
-def straggler_anomaly(drop: straggler.Drop, now: float, rank_map: hosts.RankMap) -> anomalies.Anomaly:
-    """A throughput-drop anomaly; suspects only when one rank/node is slow against its peers."""
+def straggler_anomaly(
+    drop: straggler.Drop, now: float, rank_map: hosts.RankMap, slow: Sequence[straggler.Drop] = ()
+) -> anomalies.Anomaly:
+    """A throughput-drop anomaly; suspects only when a rank/node is slow against its peers: the
+    drop's own series, or for a job-wide drop the series in ``slow`` (below their peers now).
+    The evidence lines carry the rank and its node, so the anomaly names them without the verdict."""
     nodes: list[str] = []
     ranks: list[int] = []
-    if drop.key.startswith("rank:"):
-        rank = int(drop.key[5:])
-        ranks.append(rank)
-        if (node := rank_map.node_of(rank)) is not None:
+    evidence: list[anomalies.Evidence] = []
+    for item in (drop, *slow):
+        rank: int | None = None
+        node: str | None = None
+        if item.key.startswith("rank:"):
+            rank = int(item.key[5:])
+            node = rank_map.node_of(rank)
+        elif item.key.startswith("node:"):
+            node = item.key[5:]
+        if rank is not None and rank not in ranks:
+            ranks.append(rank)
+        if node is not None and node not in nodes:
             nodes.append(node)
-    elif drop.key.startswith("node:"):
-        nodes.append(drop.key[5:])
-    evidence = []
-    if drop.first is not None:
-        evidence.append(
-            drop.first.model_copy(
-                update={
-                    "pattern": STRAGGLER_PATTERN,
-                    "category": vocab.Category.THROUGHPUT_DROP,
-                    "severity": vocab.Severity.WARNING,
-                }
-            )
-        )
+        if item.first is not None:
+            update: dict[str, object] = {
+                "pattern": STRAGGLER_PATTERN,
+                "category": vocab.Category.THROUGHPUT_DROP,
+                "severity": vocab.Severity.WARNING,
+            }
+            if item.first.node is None and node is not None:
+                update["node"] = node
+            evidence.append(item.first.model_copy(update=update))
     who = f" on {drop.key}" if drop.key else ""
+    if slow:
+        who += f" (below its peers: {', '.join(d.key for d in slow)})"
     return anomalies.Anomaly(
         symptom=vocab.Symptom.STRAGGLER,
         category=vocab.Category.THROUGHPUT_DROP,

@@ -90,6 +90,30 @@ class NodeImplication(BaseModel):
     """The attempt that implicated the node (0 for rows older than migration 0004)."""
 
 
+class PatternFiring(BaseModel):
+    """How often one catalog entry fired, read from the recorded anomalies' evidence.
+
+    ``anomalies`` counts the anomalies whose evidence cites the pattern, ``first_cause`` those
+    whose initiating line (the first evidence item) it matched, ``workloads`` the anomalies per
+    workload. Detector names (``progress``, ``hang.progress_silence``, ...) appear too: they are
+    evidence patterns, though not catalog entries.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    pattern: str
+    anomalies: int
+    first_cause: int
+    workloads: dict[str, int]
+    first: datetime.datetime
+    last: datetime.datetime
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json", exclude={"first", "last"})
+        data["first"], data["last"] = iso_utc(self.first), iso_utc(self.last)
+        return data
+
+
 def to_datetime(epoch: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC)
 
@@ -619,6 +643,33 @@ class AuditStore:
                       payload=payload, decided_by="detector")
 
         await self._transaction(work)
+
+    async def fired_patterns(
+        self, *, since: datetime.datetime | None = None, workload: str | None = None
+    ) -> list[PatternFiring]:
+        """Which patterns fired on which workloads: from every recorded anomaly's evidence (each
+        pattern counted once per anomaly), most anomalies first, then by id."""
+        query = sa.select(tables.AnomalyRow.workload, tables.AnomalyRow.payload, tables.AnomalyRow.at)
+        if since is not None:
+            query = query.where(tables.AnomalyRow.at >= since)
+        if workload is not None:
+            query = query.where(tables.AnomalyRow.workload == workload)
+        counts: dict[str, dict[str, Any]] = {}
+        async with self._sessions() as session:
+            rows = (await session.execute(query.order_by(tables.AnomalyRow.id))).all()
+        for name, payload, at in rows:
+            evidence = [item for item in (payload or {}).get("evidence") or [] if isinstance(item, dict)]
+            ids = [str(item["pattern"]) for item in evidence if item.get("pattern")]
+            for index, pattern in enumerate(dict.fromkeys(ids)):
+                entry = counts.setdefault(
+                    pattern, {"anomalies": 0, "first_cause": 0, "workloads": {}, "first": at, "last": at}
+                )
+                entry["anomalies"] += 1
+                entry["first_cause"] += 1 if index == 0 and ids[0] == pattern else 0
+                entry["workloads"][name] = entry["workloads"].get(name, 0) + 1
+                entry["first"], entry["last"] = min(entry["first"], at), max(entry["last"], at)
+        found = [PatternFiring(pattern=pattern, **entry) for pattern, entry in counts.items()]
+        return sorted(found, key=lambda f: (-f.anomalies, f.pattern))
 
     # -- the unified stream ---------------------------------------------------------------------
 

@@ -210,3 +210,40 @@ def test_scan_matched_lines_equal_ripgrep(tmp_path: Path, engine: str, capsys: p
     assert cli.main(["scan", "--stats", "--engine", engine, str(log)]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["matched_lines"] == int(rg.stdout.strip())
+
+
+SHADOWED = """
+patterns:
+  - id: site.batch_shape
+    category: python_exception
+    attribution_hint: application
+    severity: error
+    regex: 'AssertionError: batch shape'
+    examples:
+      - '[rank3]: AssertionError: batch shape mismatch'
+      - '[rank3]: AssertionError: batch shape mismatch after CUDA error: an illegal memory access was encountered'
+"""
+
+
+def test_patterns_test_fails_when_a_builtin_entry_decides_the_operators_example(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An operator's entry that matches its example but loses the first-cause ranking to a built-in
+    entry would never be what `detect` reports: the test says which entry decides instead."""
+    assert cli.main(["patterns", "test", "--only", "site.", "--patterns-file", str(_ops(tmp_path, SHADOWED))]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL site.batch_shape: example is read as cuda_illegal_memory (decided by cuda." in out
+    assert out.count("FAIL") == 1
+    assert "2 lines checked" in out
+
+
+def test_patterns_test_only_own_entries_and_sample_logs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sample = tmp_path / "sample.log"
+    sample.write_text("step 1 | loss 2.0\nmmfsd: Unmounted filesystem gpfs01\nall good\n", encoding="utf-8")
+    args = ["patterns", "test", "--only", "ops.", "--patterns-file", str(_ops(tmp_path)), str(sample)]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("2 lines checked with engine ")  # the one example and one counter-example
+    assert any(line.startswith(f"{sample}:2: ") and "ops.gpfs_unmounted" in line for line in out)
+    assert not any(line.startswith((f"{sample}:1:", f"{sample}:3:")) for line in out)
+    assert cli.main(["patterns", "test", str(tmp_path / "missing.log")]) == 2

@@ -120,3 +120,17 @@ def test_empty_file_is_healthy() -> None:
         vocab.Attribution.NONE,
         0,
     )
+
+
+def test_one_slow_rank_beside_rank_zeros_job_line() -> None:
+    """Rank 0 prints the job's rate (which holds) and its own; rank 2's own rate falls. Without
+    timestamps each series counts its own samples, so rank 0's two lines per step must not be one
+    series running ahead of the others (it made the file look healthy)."""
+    text = []
+    for step in range(1, 121):
+        text.append(f"0: [rank0]: step {step}/120 | loss 0.2 | 1200.0 samples/s | elapsed/iter 104.1 ms")
+        for rank in range(4):
+            rate = 120.0 if rank == 2 and step >= 40 else 317.0
+            text.append(f"{rank}: [rank{rank}]: local step {step} | {rate:.1f} samples/s | compute 100.9 ms/iter")
+    result = analyze("\n".join(text).encode())
+    assert (result.symptom, result.suspect_ranks) == (vocab.Symptom.STRAGGLER, [2])

@@ -93,3 +93,49 @@ def test_timestamps_that_jump_backwards_still_give_a_bounded_baseline() -> None:
         drop = tracker.drop(float(index - 5000)) or drop
     assert drop is not None
     assert drop.baseline == 1000.0
+
+
+def test_line_shape_keeps_the_kind_of_line_and_drops_numbers_and_names() -> None:
+    job = straggler.line_shape("0: [rank0]: step 10/200 | loss 0.24 | 614.5 samples/s | elapsed/iter 104.1 ms")
+    own = straggler.line_shape("0: [rank0]: local step 10 | 317.0 samples/s | compute 100.9 ms/iter")
+    other = straggler.line_shape("13: [rank13]: local step 990 | 12.5 samples/s | compute 2100.0 ms/iter")
+    nccl = straggler.line_shape("gpu-b07:4100:4100 [3] local step 990 | 12.5 samples/s | compute 2100.0 ms/iter")
+    assert job != own
+    assert own == other == nccl
+
+
+def test_peers_are_compared_within_one_line_shape() -> None:
+    """Rank 0's job-wide line is its own series: a slow rank 0 is found though that line holds."""
+    peers = straggler.PeerComparison(fraction=0.5, window=60)
+    found: list[straggler.Drop] = []
+    for second in range(0, 300, 5):
+        peers.add("rank:0", float(second), 1200.0, group="job")
+        for rank in range(4):
+            peers.add(f"rank:{rank}", float(second), 120.0 if rank == 0 and second >= 60 else 317.0, group="own")
+        found = peers.stragglers(float(second)) or found
+    assert [d.key for d in found] == ["rank:0"]
+
+
+def test_thousands_of_ranks_keep_bounded_windows_and_find_the_straggler() -> None:
+    """4096 ranks: the slow one is named; each window holds at most MAX_WINDOW_SAMPLES samples and a
+    rank that stops reporting is forgotten once its samples leave the window."""
+    peers = straggler.PeerComparison(fraction=0.5, window=60)
+    found: list[straggler.Drop] = []
+    for second in range(0, 150, 10):
+        for rank in range(4096):
+            if rank == 7 and second >= 60:
+                continue  # rank 7 stops reporting (a crash is another detector's business)
+            peers.add(f"rank:{rank}", float(second), 40.0 if rank == 3001 and second >= 50 else 400.0)
+        found = peers.stragglers(float(second)) or found
+    assert [d.key for d in found] == ["rank:3001"]
+    assert peers.series_count() == 4095
+    slow = peers.slow_now(140.0)
+    assert [d.key for d in slow] == ["rank:3001"] and slow[0].baseline == pytest.approx(400.0)
+
+
+def test_window_never_holds_more_than_its_bound() -> None:
+    peers = straggler.PeerComparison(fraction=0.5, window=1e9)
+    for index in range(3 * straggler.MAX_WINDOW_SAMPLES):
+        peers.add("rank:0", float(index), float(index % 7))
+    assert peers.series_count() == 1
+    assert max(len(w.samples) for w in peers._series.values()) == straggler.MAX_WINDOW_SAMPLES

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from trainguard.detect import catalog, hosts, matcher, stream
-from trainguard.model import clock, patterns, signals, vocab, workloads
+from collections.abc import Callable
+
+import pytest
+
+from trainguard.detect import catalog, hosts, matcher, straggler, stream
+from trainguard.model import anomalies, clock, patterns, signals, vocab, workloads
 
 SPECS = [
     patterns.PatternSpec(
@@ -181,3 +185,77 @@ def test_exit_concludes_an_open_window_and_completed_is_quiet() -> None:
         quiet.on_exit(workloads.JobSnapshot(workload="w", job_id="2", state=workloads.JobState.COMPLETED, exit_code=0))
         == []
     )
+
+
+def _workload_lines(step: int, job_rate: float, local: dict[int, float], world: int = 4) -> list[str]:
+    """One logging step of the test workload: rank 0's job-wide line, then every rank's own line."""
+    lines = [f"0: [rank0]: step {step}/500 | loss 0.2435 | {job_rate:.1f} samples/s | elapsed/iter 104.1 ms"]
+    for rank in range(world):
+        rate = local.get(rank, 317.0)
+        lines.append(
+            f"{rank}: [rank{rank}]: local step {step} | {rate:.1f} samples/s | compute {32000 / rate:.1f} ms/iter"
+            " | allreduce+backward 3.1 ms/iter"
+        )
+    return lines
+
+
+def _run_workload(job: Callable[[int], float], local: Callable[[int], dict[int, float]]) -> list[anomalies.Anomaly]:
+    detector, now = make(
+        stream.DetectionSettings(throughput_window_s=120, baseline_window_s=600),
+        rank_map=hosts.RankMap(["n1", "n2", "n3", "n4"], tasks_per_node=1),
+    )
+    feed = Feeder(detector, now)
+    found: list[anomalies.Anomaly] = []
+    for step in range(120):
+        for text in _workload_lines(step, job(step), local(step)):
+            found += feed(text)
+        found += detector.tick()
+        now.advance(5)
+    return found  # type: ignore[return-value]
+
+
+def test_slow_rank_zero_is_named_while_its_job_wide_line_holds() -> None:
+    """Rank 0 prints the job's rate and its own: a drop in its own rate alone is still a straggler,
+    and the anomaly (not only a later verdict) names the rank and its node."""
+    found = _run_workload(lambda step: 1200.0, lambda step: {0: 120.0} if step >= 30 else {})
+    assert len(found) == 1
+    anomaly = found[0]
+    assert (anomaly.symptom, anomaly.suspect_ranks, anomaly.suspect_nodes) == (vocab.Symptom.STRAGGLER, [0], ["n1"])
+    assert anomaly.evidence[0].node == "n1" and anomaly.evidence[0].text.startswith("0: [rank0]: local step")
+
+
+def test_job_wide_drop_seen_only_in_the_job_line_is_a_straggler() -> None:
+    """The ranks' own compute rates hold (the time goes to a slower network), rank 0's job rate falls:
+    the job-wide drop is found, and no rank is named since none is slower than its peers."""
+    found = _run_workload(lambda step: 480.0 if step >= 30 else 1200.0, lambda step: {})
+    assert [(a.symptom, a.suspect_ranks) for a in found] == [(vocab.Symptom.STRAGGLER, [])]
+
+
+def test_job_wide_drop_names_the_rank_whose_compute_rose() -> None:
+    """The whole job slows and one rank's own compute rate falls: one anomaly, naming that rank and node."""
+    found = _run_workload(
+        lambda step: 480.0 if step >= 30 else 1200.0, lambda step: {2: 120.0} if step >= 30 else {}
+    )
+    assert [(a.suspect_ranks, a.suspect_nodes) for a in found] == [([2], ["n3"])]
+    assert any(e.rank == 2 and e.node == "n3" for e in found[0].evidence)
+
+
+def test_ranks_are_compared_at_most_once_per_clock_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """feed() ticks on every line: 4096 ranks' lines arriving together cost one peer comparison, not
+    one per line (each comparison walks every rank)."""
+    calls: list[float] = []
+    original = straggler.PeerComparison.stragglers
+
+    def counted(self: straggler.PeerComparison, now: float) -> list[straggler.Drop]:
+        calls.append(now)
+        return original(self, now)
+
+    monkeypatch.setattr(straggler.PeerComparison, "stragglers", counted)
+    detector, now = make()
+    feed = Feeder(detector, now)
+    for _ in range(3):
+        for rank in range(4096):
+            feed(f"[rank{rank}]:step 7 | samples/sec: 400.0")
+        detector.tick()
+        now.advance(5)
+    assert len(calls) == 3
