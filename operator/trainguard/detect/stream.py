@@ -180,6 +180,12 @@ class WorkloadDetector:
         if key is not None:
             self._peers.add(key, line.received_at, found.rate, item)
 
+    @property
+    def settling(self) -> bool:
+        """A crash window is open: evidence is held in memory until it concludes (the engine does
+        not store read positions past such lines, so a restart reads them again)."""
+        return self._crash.window_opened is not None
+
     def _has_fatal(self) -> bool:
         return any(e.severity == vocab.Severity.FATAL for e in self._crash.evidence)
 
