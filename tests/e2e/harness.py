@@ -100,17 +100,17 @@ class Trainguard:
         self.process: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
 
-    def start(self) -> Trainguard:
+    def start(self, timeout: float = START_TIMEOUT) -> Trainguard:
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(self.argv, env=self.cluster.env, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + timeout
         while READY_TEXT not in self.log():
             if self.process.poll() is not None:
                 raise AssertionError(f"trainguard run exited with {self.process.returncode} at start:\n{self.log()}")
             if time.monotonic() >= deadline:
                 self.stop()
-                raise AssertionError(f"trainguard run not ready after {START_TIMEOUT:.0f} s:\n{self.log()}")
+                raise AssertionError(f"trainguard run not ready after {timeout:.0f} s:\n{self.log()}")
             time.sleep(0.2)
         return self
 

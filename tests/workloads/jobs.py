@@ -59,6 +59,7 @@ def training_job_script(
     job_name: str = "tg-train",
     python: str | Path = sys.executable,
     extra_env: Mapping[str, str] | None = None,
+    open_mode: str = "append",
 ) -> str:
     """Text of an sbatch script running ``train.py`` with one task on each of ``nodes`` nodes.
 
@@ -67,8 +68,12 @@ def training_job_script(
     ``fault`` is one of ``FAULTS`` (applied on the first attempt only unless ``fault_all_attempts``);
     ``fault_rank`` may be an int, a comma list or ``"all"``. ``None`` settings keep train.py's
     defaults. Every ``TG_*`` variable is set explicitly, so nothing leaks in from the submitter's
-    environment (sbatch exports it by default).
+    environment (sbatch exports it by default). ``open_mode`` is sbatch's ``--open-mode``:
+    ``append`` keeps every attempt's lines in the output file, ``truncate`` (Slurm's default)
+    empties it when the next attempt starts.
     """
+    if open_mode not in ("append", "truncate"):
+        raise ValueError(f"open_mode must be append or truncate (got {open_mode!r})")
     if nodes < 1 or steps < 1:
         raise ValueError(f"nodes and steps must be at least 1 (got nodes={nodes}, steps={steps})")
     if fault is not None and fault not in FAULTS:
@@ -100,7 +105,7 @@ def training_job_script(
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --requeue",
-        "#SBATCH --open-mode=append",
+        f"#SBATCH --open-mode={open_mode}",
         f"#SBATCH --output={_quoted_sbatch_value('workdir', str(work / 'slurm-%j.out'))}",
         "",
         *(f"export {key}={shlex.quote(value)}" for key, value in env.items()),
