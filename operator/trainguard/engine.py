@@ -127,6 +127,8 @@ class Engine:
         self._tasks: set[asyncio.Task[None]] = set()
         self.file_pool = fileio.FilePool()
         """Threads for output-file I/O: a hung NFS/Lustre read never blocks the event loop."""
+        self.started_at = clock_.now()
+        """When this engine started: an attempt that started later was watched from its start."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -333,6 +335,13 @@ class Engine:
             path, started_at=job.started_at, previous=previous, previous_is_last=previous_is_last, now=now))
         if found is None:
             return None
+        if found.basis == "unknown" and job.attempt == 0 and not earlier and (
+            job.started_at is not None and job.started_at >= self.started_at
+        ):
+            # The job's first run started while we were watching and was listed a moment later:
+            # the file has no earlier attempt of this job, and it was not written before the start
+            # by this job. (A file shared with an older job is told apart by mtime or timestamps.)
+            found = resume.Start(tailer.TailPosition(path, None, 0, 0), "first_attempt")
         level = logging.WARNING if found.basis == "unknown" and found.skipped else logging.INFO
         logger.log(level, "%s attempt %d: reading %s %s", rt.workload, job.attempt, path, found.describe())
         return found

@@ -134,11 +134,11 @@ class Trainguard:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def audit(self, job_id: str | None = None) -> list[dict[str, Any]]:
+    def audit(self, job_id: str | None = None, *, timeout: float = 60.0) -> list[dict[str, Any]]:
         """``trainguard audit --format json``, oldest first; only ``job_id``'s records if given."""
         proc = subprocess.run([str(TRAINGUARD), "audit", "--db", self.db_url, "--format", "json"],
                               env=self.cluster.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=60, check=False)
+                              timeout=timeout, check=False)
         if proc.returncode != 0:
             raise AssertionError(f"trainguard audit exited with {proc.returncode}: {proc.stderr.strip()}")
         records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]

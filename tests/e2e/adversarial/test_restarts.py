@@ -6,8 +6,8 @@ attempt, watched by its own ``trainguard run --mode action``. That runner is kil
 database:
 
 - ``failure``: just after the advice was recorded, before (or while) the requeue is carried out;
-- ``pending``: after the requeue, while the job waits to run again (the test holds it, as a
-  busy cluster would keep it pending, until the new runner has looked at it; then releases it);
+- ``pending``: after the requeue, while the job waits to run again (the test sets its begin
+  time ahead, as a busy cluster would keep it pending, until the new runner has looked at it);
 - ``running``: while the new, healthy attempt runs.
 
 Each with the output file appended to across attempts (``--open-mode=append``, the common
@@ -142,6 +142,15 @@ def drive(case: Case, cluster: SlurmCluster, base: Path) -> None:
     wait_until("attempt 0 banner of rank 1", lambda: bool(bad_node(case.workdir, job_id)), timeout=CASE_TIMEOUT,
                interval=0.1)
     case.bad_node = bad_node(case.workdir, job_id)
+    requeued_at = 0.0
+    if case.moment == "pending":
+        # Keep the requeued job pending (as a busy cluster would) until the new runner has looked
+        # at it: a begin time in the future, set as soon as the requeue shows. Not a hold: holds
+        # are part of the recovery itself.
+        harness.wait_job(cluster, job_id, lambda j: int(j.get("Restarts", "0")) >= 1, timeout=CASE_TIMEOUT,
+                         what="requeued", runner=first, workdir=case.workdir, interval=0.1)
+        requeued_at = time.monotonic()
+        cluster.scontrol("update", f"JobId={job_id}", "StartTime=now+3600")
     if case.moment == "failure":
         wait_until("advice", lambda: db_count(first, job_id, "advice") > 0, timeout=CASE_TIMEOUT)
     else:
@@ -158,7 +167,6 @@ def drive(case: Case, cluster: SlurmCluster, base: Path) -> None:
         job = cluster.show(job_id)
         if job.get("JobState") != "PENDING":
             raise AssertionError(f"precondition: the requeued job is pending, got {harness.summary(job)}")
-        cluster.scontrol("hold", job_id)  # keep it pending until the new runner has looked at it
 
     second = second_runner(cluster, first, policy)
     case.runners.append(second)
@@ -173,11 +181,15 @@ def drive(case: Case, cluster: SlurmCluster, base: Path) -> None:
         looked = re.compile(rf"/{job_id} attempt 1 has not started")
         wait_until("look at the pending job", lambda: bool(looked.search(second.log()))
                    or db_count(second, job_id, "anomaly", min_attempt=1) > 0, timeout=120, interval=0.2)
-        cluster.scontrol("release", job_id)
+        # Bringing a requeued job's start forward within seconds of the requeue makes Slurm kill
+        # it ("Job credential revoked"); 20 s after it is safe.
+        wait_until("a safe moment to let the job start", lambda: time.monotonic() >= requeued_at + 20,
+                   timeout=30, interval=0.5)
+        cluster.scontrol("update", f"JobId={job_id}", "StartTime=now")
 
     case.final = harness.wait_job(cluster, job_id, harness.final_and_restarted(1), timeout=CASE_TIMEOUT,
                                   what="final after a requeue", runner=second, workdir=case.workdir)
-    case.records = second.audit(job_id)
+    case.records = second.audit(job_id, timeout=RUNNER_START_TIMEOUT)  # a CLI start, on a busy machine
 
 
 @pytest.fixture(scope="module")

@@ -238,3 +238,17 @@ async def test_a_tailing_round_while_a_job_is_being_tracked_does_not_move_its_st
     await round_of(engine)
     await settle(h, engine)
     assert [(a["attempt"], a["exclusions"]) for a in await h.advice("77")] == [(1, ["node2"])]
+
+
+async def test_a_first_attempt_that_started_while_we_watched_is_read_from_its_start(
+    make_harness: scenario.MakeHarness,
+) -> None:
+    """Listed a moment after it started (discovery polls): its early lines are its own."""
+    h = await make_harness()
+    started = h.engine.started_at + 0.5
+    h.submit("78", started_at=started)
+    h.write("78", *scenario.ranked(1, scenario.XID_79))
+    os.utime(h.output("78"), (started + 1, started + 1))  # written after its start (the test clock's time)
+    await h.step()
+    await h.settle()
+    assert [(a["attempt"], a["exclusions"]) for a in await h.advice("78")] == [(0, ["node2"])]
