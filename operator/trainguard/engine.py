@@ -39,7 +39,7 @@ from trainguard.model import actions, advice, anomalies, clock, limits, routing,
 from trainguard.policy import blast_radius, decide, ledger, loader, overrides
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base
-from trainguard.signals import discovery, tailer
+from trainguard.signals import discovery, fileio, resume, tailbook, tailer
 from trainguard.store import audit
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,8 @@ class WorkloadRuntime:
     spec: policy_model.RecoveryPolicySpec | None
     """The effective policy; None when no policy covers the job (recorded, never acted on)."""
     detector: stream.WorkloadDetector | None
-    tailers: list[tailer.LogTailer]
+    book: tailbook.TailBook
+    """The job's output files: tailers, how far detection got, where the attempt starts."""
     history: ledger.WorkloadHistory
     checkpoint_re: re.Pattern[str] | None
     matcher: matcher_mod.Matcher | None
@@ -78,6 +79,8 @@ class WorkloadRuntime:
     """Attempt -> the first-cause category already advised on (one advice per attempt unless
     stronger evidence changes the first cause)."""
     task: asyncio.Task[None] | None = None
+    ready: bool = False
+    """Tracking has started (its files are placed): the tailing round may read them."""
     finished_at: float | None = None
     opt_in_errors: list[str] = field(default_factory=list)
     last_anomaly: anomalies.Anomaly | None = None
@@ -93,6 +96,10 @@ class WorkloadRuntime:
     recent: collections.deque[dict[str, object]] = field(default_factory=lambda: collections.deque(maxlen=20))
     """The latest audit records of this workload (kind, time, summary), newest last: the view
     that Kubernetes status and the console show; the audit store stays the durable log."""
+
+    @property
+    def tailers(self) -> list[tailer.LogTailer]:
+        return [f.tailer for f in self.book.files]
 
 
 class Engine:
@@ -131,6 +138,10 @@ class Engine:
         """Compiled matchers by the policy's extra patterns (most policies share ``_base_matcher``)."""
         self._base_matcher = matcher_mod.build_matcher(catalog)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.file_pool = fileio.FilePool()
+        """Threads for output-file I/O: a hung NFS/Lustre read never blocks the event loop."""
+        self.started_at = clock_.now()
+        """When this engine started: an attempt that started later was watched from its start."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -155,8 +166,8 @@ class Engine:
         if pending:
             await asyncio.wait(pending, timeout=30)
         for rt in self.runtimes.values():
-            for t in rt.tailers:
-                t.close()
+            rt.book.close()
+        self.file_pool.close()
 
     def abort(self) -> None:
         """Stop every in-flight recovery now (leadership lost): cancel their tasks.
@@ -324,7 +335,8 @@ class Engine:
         matcher = self._matcher_for(spec) if spec is not None else None
         checkpoint = re.compile(spec.detection.checkpoint_regex) if spec is not None else None
         rt = WorkloadRuntime(
-            workload=job.workload, job=job, policy_name=name, spec=spec, detector=None, tailers=[],
+            workload=job.workload, job=job, policy_name=name, spec=spec, detector=None,
+            book=tailbook.TailBook(job.workload, self.clock, pool=self.file_pool),
             history=ledger.WorkloadHistory(workload=job.workload), checkpoint_re=checkpoint, matcher=matcher,
             opt_in_errors=errors, route=route,
         )
@@ -332,8 +344,9 @@ class Engine:
         logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s: %s)", job.workload, job.job_id, job.attempt,
                     job.state.value, name or "-", f", mode {spec.mode.value}" if spec else ", NOT COVERED",
                     route.reason)
-        self._open_tailers(rt)
+        await self._open_tailers(rt, resume_from=await self.store.tail_positions(job.workload))
         await self._update(rt, job, first=True)
+        rt.ready = True
 
     def _matcher_for(self, spec: policy_model.RecoveryPolicySpec) -> matcher_mod.Matcher:
         """One compiled matcher per policy (its extra patterns extend the catalog)."""
@@ -346,13 +359,102 @@ class Engine:
             self._matchers[key] = matcher_mod.build_matcher(self.catalog.extended(spec.detection.extra_patterns))
         return self._matchers[key]
 
-    def _open_tailers(self, rt: WorkloadRuntime) -> None:
+    async def _open_tailers(self, rt: WorkloadRuntime, resume_from: Sequence[audit.TailRecord] | None = None) -> None:
+        """Follow the job's output files, each from where its current attempt's lines start.
+
+        ``resume_from`` (the stored positions, on first sight of the job in this process) makes
+        a restart continue exactly where detection stopped, and keeps lines of earlier attempts
+        away from the current one (``signals.resume``). Without it (paths changed) files are
+        read from their start.
+        """
         paths = [(rt.job.stdout_path, "stdout"), (rt.job.stderr_path, "stderr")]
         seen: set[str] = set()
         for path, source in paths:
             if path and path not in seen and path != "/dev/null":
                 seen.add(path)
-                rt.tailers.append(tailer.LogTailer(path, self.clock, workload=rt.workload, source=source))
+                start = None
+                if resume_from is not None:
+                    start = await self._attempt_start(rt, path, [r for r in resume_from if r.path == path])
+                rt.book.add(path, source, start)
+        if resume_from is not None:
+            await self._save_positions([rt], force=True)
+
+    async def _attempt_start(
+        self, rt: WorkloadRuntime, path: str, stored: Sequence[audit.TailRecord]
+    ) -> resume.Start | None:
+        """Where the current attempt's lines start in ``path`` (first sight of the job); None = from 0."""
+        job = rt.job
+        mine = [r for r in stored if r.attempt == job.attempt]
+        earlier = [r for r in stored if r.attempt < job.attempt]
+        if rt.spec is None:  # never judged while no policy covers it: just note where the file ends
+            return await rt.book.run(lambda: resume.pending_start(path))
+        if not _has_run(job):
+            # Pending or requeued: the file holds earlier attempts' lines only; they are not read.
+            found = await rt.book.run(lambda: resume.pending_start(path))
+            if found is not None:
+                unread = found.position.offset - earlier[-1].offset if earlier else 0
+                logger.info("%s attempt %d has not started: its output in %s starts after byte %d%s", rt.workload,
+                            job.attempt, path, found.position.offset,
+                            f"; the {unread} bytes before belong to earlier attempts and are not judged again"
+                            if unread > 0 else "")
+            return found
+        if mine:
+            row = mine[-1]
+            logger.info("%s attempt %d: resuming %s at byte %d (saved position)", rt.workload, job.attempt, path,
+                        row.offset)
+            return resume.Start(_position(row), row.basis or "stored")  # keep how its start was found
+        if job.attempt == 0 and job.started_at is None and not earlier:
+            return resume.Start(tailer.TailPosition(path, None, 0, 0), "first_attempt")
+        previous = _position(earlier[-1]) if earlier else None
+        previous_is_last = bool(earlier) and earlier[-1].attempt == job.attempt - 1
+        now = self.clock.now()
+        found = await rt.book.run(lambda: resume.running_start(
+            path, started_at=job.started_at, previous=previous, previous_is_last=previous_is_last, now=now))
+        if found is None:
+            return None
+        if found.basis == "unknown" and job.attempt == 0 and not earlier and (
+            job.started_at is not None and job.started_at >= self.started_at
+        ):
+            # The job's first run started while we were watching and was listed a moment later:
+            # the file has no earlier attempt of this job, and it was not written before the start
+            # by this job. (A file shared with an older job is told apart by mtime or timestamps.)
+            found = resume.Start(tailer.TailPosition(path, None, 0, 0), "first_attempt")
+        level = logging.WARNING if found.basis == "unknown" and found.skipped else logging.INFO
+        logger.log(level, "%s attempt %d: reading %s %s", rt.workload, job.attempt, path, found.describe())
+        return found
+
+    async def _save_positions(self, runtimes: Sequence[WorkloadRuntime], *, force: bool = False) -> None:
+        """Store the read positions that moved (one transaction for all), as a restart needs them.
+
+        A workload is skipped while a crash window is open or a decision waits (``force``
+        aside): its lines are in the detector's memory only, and a restart must read them again.
+        """
+        records: list[audit.TailRecord] = []
+        changed: list[tuple[WorkloadRuntime, list[tailbook.Followed]]] = []
+        for rt in runtimes:
+            if rt.spec is None:
+                continue  # never judged: nothing to resume
+            if not force and (rt.deferred or (rt.detector is not None and rt.detector.settling)):
+                continue
+            files = rt.book.unsaved() if not force else [f for f in rt.book.files if f.consumed is not None]
+            if files:
+                records += self._tail_records(rt, files)
+                changed.append((rt, files))
+        if not records:
+            return
+        await self.store.save_tail_positions(records, at=self.clock.now())
+        for rt, files in changed:
+            rt.book.mark_saved(files)
+
+    def _tail_records(self, rt: WorkloadRuntime, files: Sequence[tailbook.Followed]) -> list[audit.TailRecord]:
+        """The consumed positions of ``files``, as rows of the attempt their lines belong to."""
+        attempt = rt.detector_attempt if rt.detector is not None else rt.job.attempt
+        return [
+            audit.TailRecord(workload=rt.workload, attempt=attempt, path=f.path, source=f.source,
+                             inode=f.consumed.inode, offset=f.consumed.offset, lineno=f.consumed.lineno,
+                             fingerprint=f.consumed.fingerprint, basis=f.basis)
+            for f in files if f.consumed is not None
+        ]
 
     def _new_detector(self, rt: WorkloadRuntime, job: workloads.JobSnapshot) -> None:
         if rt.spec is None or rt.matcher is None:
@@ -378,19 +480,25 @@ class Engine:
         previous = rt.job
         rt.job = job
         if job.stdout_path != previous.stdout_path or job.stderr_path != previous.stderr_path:
-            for t in rt.tailers:
-                t.close()
-            rt.tailers = []
-            self._open_tailers(rt)
+            rt.book.close()
+            rt.book = tailbook.TailBook(rt.workload, self.clock, pool=self.file_pool)
+            await self._open_tailers(rt)
         # A new attempt gets a new detector once it runs: until then, lines still arriving from the
         # old attempt's teardown (slurmstepd "CANCELLED ... DUE TO JOB REQUEUE") go to the old one.
         # An attempt first seen already failed (it started and died between two listings) gets its
         # own detector too, so its exit state is judged.
         ran = job.state == workloads.JobState.RUNNING or job.state in _FAILED_STATES
-        if rt.detector is None or (job.attempt > rt.detector_attempt and ran):
+        if (rt.detector is None and _has_run(job)) or (
+            rt.detector is not None and job.attempt > rt.detector_attempt and ran
+        ):
             if rt.detector is not None:
                 await self._drain(rt)
+                rt.book.set_basis("observed")  # we read up to the attempt's start ourselves
+            elif rt.spec is not None:
+                self._place_at_attempt_start(rt, job)
             self._new_detector(rt, job)
+            if rt.detector is not None:
+                await self._save_positions([rt], force=True)  # where this attempt's lines start
             await self.store.record_attempt(workload=rt.workload, attempt=job.attempt, at=now, started_at=now,
                                             state=job.state.value)
             rt.finished_at = None
@@ -434,35 +542,59 @@ class Engine:
                 await self._close(rt, f"finished ({rt.job.state.value})")
 
     async def _close(self, rt: WorkloadRuntime, why: str) -> None:
-        for t in rt.tailers:
-            t.close()
+        rt.book.close()
         self.discovery.forget(rt.job.job_id)
         logger.info("no longer tracking %s: %s", rt.workload, why)
 
     # ------------------------------------------------------------------ signals
 
     async def tail(self) -> None:
-        """One tailing round over every tracked workload, then a detector tick each."""
-        for rt in list(self.runtimes.values()):
-            if rt.detector is None and rt.spec is not None and not rt.job.state.finished:
+        """One tailing round over every tracked workload, then a detector tick each; then the
+        read positions that moved are stored in one write."""
+        runtimes = [rt for rt in self.runtimes.values() if rt.ready]
+        for rt in runtimes:
+            if rt.detector is None and rt.spec is not None and rt.job.state == workloads.JobState.RUNNING:
+                self._place_at_attempt_start(rt, rt.job)
                 self._new_detector(rt, rt.job)  # a policy now covers it (e.g. a RecoveryPolicy appeared)
-            await self._drain(rt)
+        # Every file is read concurrently on the pool: a hung file holds up no other workload.
+        batches = await asyncio.gather(*(self._read(rt) for rt in runtimes))
+        for rt, batch in zip(runtimes, batches, strict=True):
+            await self._feed_batch(rt, batch)
             if rt.detector is not None:
                 running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt
                 for anomaly in rt.detector.tick():
                     if not running and anomaly.symptom in (vocab.Symptom.HANG, vocab.Symptom.STRAGGLER):
                         continue  # the silence or slowness of a run that is not running is no hang
                     await self._handle(rt, anomaly)
+        await self._save_positions(runtimes)
 
     async def _drain(self, rt: WorkloadRuntime) -> None:
-        for t in rt.tailers:
-            try:
-                lines = await t.read_new()
-            except OSError as exc:
-                logger.warning("cannot read %s of %s: %s", t.path, rt.workload, exc)
-                continue
+        await self._feed_batch(rt, await self._read(rt))
+
+    async def _read(self, rt: WorkloadRuntime) -> list[tuple[tailbook.Followed, list[signals.LogLine]]]:
+        """New lines of the workload's files; nothing while none of its attempts runs (see
+        ``TailBook.observe_ends``): those lines belong to an earlier attempt."""
+        if rt.detector is None:
+            await rt.book.observe_ends()
+            return []
+        try:
+            return await rt.book.read()
+        except OSError as exc:
+            logger.warning("cannot read the output of %s: %s", rt.workload, exc)
+            return []
+
+    async def _feed_batch(
+        self, rt: WorkloadRuntime, batch: list[tuple[tailbook.Followed, list[signals.LogLine]]]
+    ) -> None:
+        for f, lines in batch:
             for line in lines:
+                rt.book.consume(f, line)  # first: a decision this line brings about stores it as read
                 await self._feed(rt, line)
+
+    def _place_at_attempt_start(self, rt: WorkloadRuntime, job: workloads.JobSnapshot) -> None:
+        """The attempt runs, first seen waiting: its output starts where the files ended before it started."""
+        for _f, how in rt.book.place_at_start(job.started_at):
+            logger.info("%s attempt %d: reading %s", rt.workload, job.attempt, how)
 
     async def _feed(self, rt: WorkloadRuntime, line: signals.LogLine) -> None:
         clean = sanitize.clean_line(line.text)
@@ -507,7 +639,7 @@ class Engine:
             # after it, in its task, so that detection of every other workload goes on meanwhile.
             rt.deferred.append((anomaly, verdict, attempt))
             return
-        item = await self._decide(rt, anomaly, verdict, attempt)
+        item = await self._decide(rt, anomaly, verdict, attempt, save_tail=True)
         if item is not None:
             rt.task = self._spawn(self._carry_out(rt, item), f"recover:{rt.workload}:{attempt}:{item.generation}")
 
@@ -528,9 +660,15 @@ class Engine:
         return True
 
     async def _decide(
-        self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, verdict: verdicts.Verdict, attempt: int
+        self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, verdict: verdicts.Verdict, attempt: int,
+        *, save_tail: bool = False,
     ) -> advice.Advice | None:
-        """Policy -> the next advice generation, recorded before anything is done; None if it asks nothing."""
+        """Policy -> the next advice generation, recorded before anything is done; None if it asks nothing.
+
+        ``save_tail``: the read positions are stored with the advice, in its transaction, so a
+        restart never reads the lines behind a recorded decision again (and, without the advice,
+        reads them again). Deferred decisions do not: lines read since may wait on them.
+        """
         assert rt.spec is not None
         generation = rt.history.advice_generation + 1
         job = await self._fresh_job(rt)
@@ -547,7 +685,10 @@ class Engine:
         # of the same attempt from being advised.
         acted = item.action != vocab.AdviceAction.NONE
         rt.advised[attempt] = verdict.attribution.value if acted else vocab.Attribution.NONE.value
-        await self.store.record_advice(item, at=self.clock.now())  # durable before anything is done
+        files = rt.book.unsaved() if save_tail and rt.detector is not None else []
+        # durable before anything is done
+        await self.store.record_advice(item, at=self.clock.now(), tail=self._tail_records(rt, files))
+        rt.book.mark_saved(files)
         rt.last_advice = item
         rt.disposition = vocab.Disposition.PENDING
         await self._notify(rt, vocab.AuditKind.ADVICE, item.model_dump(mode="json"))
@@ -729,6 +870,19 @@ async def counted_operations(
 def _stronger(verdict: verdicts.Verdict, earlier: str) -> bool:
     """A second advice for the same attempt only when the new verdict is stronger evidence."""
     return _STRENGTH.get(verdict.attribution.value, 0) > _STRENGTH.get(earlier, 0)
+
+
+def _has_run(job: workloads.JobSnapshot) -> bool:
+    """Whether the job's current attempt has started (so its output file may hold its lines).
+
+    Pending and requeued (``PENDING+COMPLETING`` included) mean the current attempt has not
+    started yet: what the file holds belongs to earlier attempts.
+    """
+    return job.state not in (workloads.JobState.PENDING, workloads.JobState.REQUEUED)
+
+
+def _position(row: audit.TailRecord) -> tailer.TailPosition:
+    return tailer.TailPosition(row.path, row.inode, row.offset, row.lineno, row.fingerprint)
 
 
 def _tasks_per_node(job: workloads.JobSnapshot) -> int | None:

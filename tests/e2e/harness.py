@@ -109,17 +109,17 @@ class Trainguard:
         self.process: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
 
-    def start(self) -> Trainguard:
+    def start(self, timeout: float = START_TIMEOUT) -> Trainguard:
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + timeout
         while READY_TEXT not in self.log():
             if self.process.poll() is not None:
                 raise AssertionError(f"trainguard run exited with {self.process.returncode} at start:\n{self.log()}")
             if time.monotonic() >= deadline:
                 self.stop()
-                raise AssertionError(f"trainguard run not ready after {START_TIMEOUT:.0f} s:\n{self.log()}")
+                raise AssertionError(f"trainguard run not ready after {timeout:.0f} s:\n{self.log()}")
             time.sleep(0.2)
         return self
 
@@ -151,11 +151,11 @@ class Trainguard:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def audit(self, job_id: str | None = None) -> list[dict[str, Any]]:
+    def audit(self, job_id: str | None = None, *, timeout: float = 60.0) -> list[dict[str, Any]]:
         """``trainguard audit --format json``, oldest first; only ``job_id``'s records if given."""
         proc = subprocess.run([str(TRAINGUARD), "audit", "--db", self.db_url, "--format", "json"],
                               env=self.cluster.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=60, check=False)
+                              timeout=timeout, check=False)
         if proc.returncode != 0:
             raise AssertionError(f"trainguard audit exited with {proc.returncode}: {proc.stderr.strip()}")
         records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]

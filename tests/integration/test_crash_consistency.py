@@ -116,3 +116,57 @@ def test_restart_after_the_deadline_releases_our_hold(crash_db: str, tmp_path: P
     assert len(watchdog_records) == 1 and watchdog_records[0]["payload"]["released_hold"] is True  # type: ignore[index]
     assert records[-1]["kind"] == "outcome"
     assert records[-1]["payload"]["disposition"] == vocab.Disposition.ABANDONED.value  # type: ignore[index]
+
+
+ENGINE_DRIVER = Path(__file__).with_name("crash_engine_driver.py")
+ENGINE_BOUNDARIES = ["advice", "call:requeue_hold", "intent:exclude_nodes", "call:release", "outcome", "pending"]
+XID_LINE = "1: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
+
+
+def drive_engine(
+    db: str, scheduler_file: Path, at: float, kill_at: str, *extra: str,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ENGINE_DRIVER), "--db", db, "--scheduler-file", str(scheduler_file), "--job-id", JOB_ID,
+         "--clock", str(at), "--kill-at", kill_at, *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=180, check=False,
+    )
+
+
+@pytest.mark.parametrize("open_mode", ["append", "truncate"])
+@pytest.mark.parametrize("boundary", ENGINE_BOUNDARIES)
+def test_killed_engine_never_reads_the_old_attempt_into_the_new_one(
+    crash_db: str, tmp_path: Path, boundary: str, open_mode: str
+):
+    """The whole engine, killed at each boundary of a hardware recovery, restarted while the requeued
+    job is pending, then the job runs again (its output appended to, or truncated): the old Xid line
+    is never charged to the new attempt, and every effective action happens exactly once."""
+    scheduler_file = tmp_path / "scheduler.json"
+    output = tmp_path / f"slurm-{JOB_ID}.out"
+    output.write_text("\n".join(["0: iteration 6 loss 2.0", "1: iteration 6 loss 2.0", XID_LINE]) + "\n")
+    job = workloads.JobSnapshot(workload=WORKLOAD, job_id=JOB_ID, state=workloads.JobState.RUNNING, attempt=0,
+                                nodes=["node1", "node2"], comment="trainguard policy=act",
+                                stdout_path=str(output))
+    fake_scheduler.FileFakeScheduler(scheduler_file, [job], ["node1", "node2", "node3"])
+    at = time.time()
+
+    killed = drive_engine(crash_db, scheduler_file, at, boundary)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    pending = fake_scheduler.FileFakeScheduler(scheduler_file).jobs[JOB_ID]
+    restarted = drive_engine(crash_db, scheduler_file, at + 10, "none")  # a restart; the job has not run again
+    assert restarted.returncode == 0, restarted.stderr
+    assert restarted.stdout.split() == STEPS, (pending, restarted.stderr[-3000:])
+    again = drive_engine(crash_db, scheduler_file, at + 20, "none", "--start", open_mode)  # and once it runs
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == STEPS, again.stderr[-3000:]
+
+    state = fake_scheduler.FileFakeScheduler(scheduler_file)
+    final = state.jobs[JOB_ID]
+    assert (final.attempt, final.held, final.excluded_nodes, final.state) == (
+        1, False, ["node2"], workloads.JobState.RUNNING)
+    records, rows = asyncio.run(audit_trail(crash_db))
+    assert [(r["kind"], r["attempt"]) for r in records if r["kind"] in ("advice", "outcome")] == [
+        ("advice", 0), ("outcome", 0)]
+    assert records[[r["kind"] for r in records].index("outcome")]["payload"]["disposition"] == "Converged"
+    assert [(r.step, r.status) for r in rows] == [(step, actions.ActionStatus.DONE) for step in STEPS]
+    assert not [r for r in records if r["attempt"] not in (0, None)], "the new attempt was charged"

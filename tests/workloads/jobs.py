@@ -67,6 +67,7 @@ def training_job_script(
     python: str | Path = sys.executable,
     extra_env: Mapping[str, str] | None = None,
     sbatch_options: Sequence[str] = (),
+    open_mode: str = "append",
 ) -> str:
     """Text of an sbatch script running ``train.py`` with one task on each of ``nodes`` nodes.
 
@@ -77,7 +78,12 @@ def training_job_script(
     defaults. Every ``TG_*`` variable is set explicitly, so nothing leaks in from the submitter's
     environment (sbatch exports it by default). ``sbatch_options`` are added as ``#SBATCH`` lines
     after the defaults (e.g. ``--exclude=node4`` or ``--nodelist=node1,node2``), so they win.
+    ``open_mode`` is sbatch's ``--open-mode``:
+    ``append`` keeps every attempt's lines in the output file, ``truncate`` (Slurm's default)
+    empties it when the next attempt starts.
     """
+    if open_mode not in ("append", "truncate"):
+        raise ValueError(f"open_mode must be append or truncate (got {open_mode!r})")
     if nodes < 1 or steps < 1:
         raise ValueError(f"nodes and steps must be at least 1 (got nodes={nodes}, steps={steps})")
     if fault is not None and fault not in FAULTS:
@@ -109,7 +115,7 @@ def training_job_script(
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --requeue",
-        "#SBATCH --open-mode=append",
+        f"#SBATCH --open-mode={open_mode}",
         f"#SBATCH --output={_quoted_sbatch_value('workdir', str(work / 'slurm-%j.out'))}",
         *(f"#SBATCH {_sbatch_option(option)}" for option in sbatch_options),
         "",

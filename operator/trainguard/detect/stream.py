@@ -194,6 +194,12 @@ class WorkloadDetector:
             self._throughput[shape] = tracker
         return tracker
 
+    @property
+    def settling(self) -> bool:
+        """A crash window is open: evidence is held in memory until it concludes (the engine does
+        not store read positions past such lines, so a restart reads them again)."""
+        return self._crash.window_opened is not None
+
     def _has_fatal(self) -> bool:
         return any(e.severity == vocab.Severity.FATAL for e in self._crash.evidence)
 

@@ -13,19 +13,33 @@ What a Slurm output file does to a reader, and what we do:
 - a partial last line: kept until its newline arrives, or flushed after ``partial_timeout``;
 - binary junk: decoded with ``errors="replace"`` (detection cleans further);
 - huge lines: at most ``max_line`` bytes kept, the rest dropped and counted in a marker; a
-  line is never held whole in memory.
+  line is never held whole in memory;
+- truncated and rewritten past our offset between two polls (a requeue whose new attempt
+  printed more than we had read): the bytes just before our offset no longer match their
+  fingerprint -> restart at 0, with a marker.
 ``position()`` returns a small ``TailPosition`` the engine stores, so a restarted engine
-resumes after the last line it handed out.
+resumes after the last line it handed out; its ``fingerprint`` (a hash of the bytes just
+before ``offset``) tells a file that only grew from one that was truncated and rewritten
+while we were stopped, which inode and size alone cannot.
+
+File I/O runs on a thread (``signals.fileio``), never on the event loop: ``poll()`` is the
+blocking read, ``read_new()`` awaits it with a timeout and never starts a second read of a
+file whose previous read is still stuck (a hung NFS/Lustre mount).
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
+from trainguard.signals import fileio
+
+logger = logging.getLogger(__name__)
 
 MARKER = "[trainguard]"
 """Prefix of the lines the tailer itself inserts (truncation, rotation, dropped bytes)."""
@@ -36,17 +50,41 @@ DEFAULT_MAX_LINE = 64 * 1024
 DEFAULT_MAX_READ = 4 * 1024 * 1024
 """Bytes read per poll at most; a backlog is worked off over several polls, each one bounded."""
 
+FINGERPRINT_BYTES = 128
+"""Bytes before an offset that identify it: long enough to span more than one typical log
+line (a rewritten file matching them by chance is then very unlikely), one small read."""
+
 _CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class TailPosition:
-    """Where a tailer stands: ``offset`` is just past the last line handed out."""
+    """Where a tailer stands: ``offset`` is just past the last line handed out.
+
+    ``fingerprint`` is ``fingerprint_of`` the ``min(offset, FINGERPRINT_BYTES)`` bytes before
+    ``offset`` ("" when unknown: then only inode and size are checked on restore).
+    """
 
     path: str
     inode: int | None
     offset: int
     lineno: int
+    fingerprint: str = ""
+
+
+def fingerprint_of(data: bytes) -> str:
+    """The stored form of the bytes before an offset."""
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def read_fingerprint(fh: BinaryIO, offset: int) -> str:
+    """Fingerprint of the bytes before ``offset`` in an open file ("" if they cannot be read)."""
+    n = min(offset, FINGERPRINT_BYTES)
+    try:
+        data = os.pread(fh.fileno(), n, offset - n)
+    except OSError:
+        return ""
+    return fingerprint_of(data) if len(data) == n else ""
 
 
 class LogTailer:
@@ -63,6 +101,8 @@ class LogTailer:
         max_line: int = DEFAULT_MAX_LINE,
         max_read: int = DEFAULT_MAX_READ,
         partial_timeout: float = 5.0,
+        pool: fileio.FilePool | None = None,
+        timeout: float = fileio.DEFAULT_TIMEOUT_S,
     ) -> None:
         self.path = path
         self.workload = workload
@@ -79,6 +119,11 @@ class LogTailer:
         self._frag = bytearray()
         self._dropped = 0
         self._frag_since: float | None = None
+        self._raw_tail = b""  # the last FINGERPRINT_BYTES bytes before ``_offset``
+        self._tail_at_commit = b""  # ... before ``_committed``
+        self._line_ends: dict[int, tuple[int, bytes]] = {}  # lineno -> (committed, tail) of the last poll
+        self._io: fileio.OneAtATime[list[signals.LogLine]] = fileio.OneAtATime(pool, timeout)
+        self._closing = False
         self._restore = position if position is not None and position.path == path else None
         if self._restore is not None:
             self._lineno = self._restore.lineno
@@ -86,11 +131,49 @@ class LogTailer:
     # ------------------------------------------------------------ public
 
     def position(self) -> TailPosition:
-        return TailPosition(self.path, self._inode, self._committed, self._lineno)
+        return self._position(self._committed, self._lineno, self._tail_at_commit)
+
+    def position_after(self, lineno: int) -> TailPosition:
+        """The position just past line ``lineno`` of the last read (``position()`` if unknown)."""
+        end = self._line_ends.get(lineno)
+        if end is None:
+            return self.position()
+        return self._position(end[0], lineno, end[1])
+
+    def _position(self, offset: int, lineno: int, tail: bytes) -> TailPosition:
+        fingerprint = fingerprint_of(tail) if len(tail) == min(offset, FINGERPRINT_BYTES) else ""
+        return TailPosition(self.path, self._inode, offset, lineno, fingerprint)
+
+    @property
+    def stuck(self) -> bool:
+        """A read of this file is still hanging (no new read is started until it returns)."""
+        return self._io.stuck
 
     async def read_new(self) -> list[signals.LogLine]:
-        """Lines completed since the last call (file I/O is small and local: done inline)."""
+        """Lines completed since the last call, read on a pool thread with a timeout.
+
+        A read that times out is logged once and yields no lines; until it returns, no new
+        read of this file starts. Its lines are handed out by the first call after it returns.
+        """
+        was_stuck = self._io.stuck_since is not None
+        try:
+            lines = await self._io.run(self.poll)
+        except fileio.FileCallStuck as exc:
+            if not was_stuck:
+                logger.warning("reading %s of %s is stuck (%s); other files are read meanwhile", self.path,
+                               self.workload, exc)
+            return []
+        if was_stuck:
+            logger.warning("reading %s of %s works again", self.path, self.workload)
+        if self._closing:
+            self._closing = False
+            self.close()
+        return lines
+
+    def poll(self) -> list[signals.LogLine]:
+        """The blocking part of ``read_new``: one stat and a bounded read of what was added."""
         out: list[signals.LogLine] = []
+        self._line_ends = {}
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -104,7 +187,7 @@ class LogTailer:
                 self._drain_old(out)
                 if st is not None:
                     self._marker(out, "output file was replaced; reading the new file from its start")
-            elif fst.st_size < self._offset:
+            elif fst.st_size < self._offset or (fst.st_size > self._offset and not self._still_ours()):
                 self._reset_to_start()
                 self._marker(out, "output file was truncated; reading from its start")
         if self._fh is None and (st is None or not self._open(out)):
@@ -114,11 +197,32 @@ class LogTailer:
         return out
 
     def close(self) -> None:
+        """Close the file; if a read is still stuck on it, close once that read returns."""
+        if self._io.stuck:
+            self._closing = True
+            return
         if self._fh is not None:
             self._fh.close()
             self._fh = None
 
+    def skip_to(self, position: TailPosition) -> None:
+        """Continue at ``position`` next time (an attempt boundary found by the engine); no I/O."""
+        self.close()
+        self._restore = position
+        self._lineno = position.lineno
+        self._inode = None
+
     # ------------------------------------------------------------ internals
+
+    def _still_ours(self) -> bool:
+        """Whether the bytes just before our read offset are still the ones we read."""
+        if self._fh is None or not self._offset or len(self._raw_tail) != min(self._offset, FINGERPRINT_BYTES):
+            return True
+        n = len(self._raw_tail)
+        try:
+            return os.pread(self._fh.fileno(), n, self._offset - n) == self._raw_tail
+        except OSError:
+            return True
 
     def _open(self, out: list[signals.LogLine]) -> bool:
         try:
@@ -132,11 +236,17 @@ class LogTailer:
         start = 0
         restore, self._restore = self._restore, None
         if restore is not None:
-            if restore.inode == fst.st_ino and restore.offset <= fst.st_size:
+            same = restore.inode is None or restore.inode == fst.st_ino
+            if same and restore.offset <= fst.st_size and (
+                not restore.fingerprint or read_fingerprint(self._fh, restore.offset) == restore.fingerprint
+            ):
                 start = restore.offset
             else:
                 self._marker(out, "output file changed while we were stopped; reading from its start")
         self._offset = self._committed = start
+        n = min(start, FINGERPRINT_BYTES)
+        self._raw_tail = os.pread(self._fh.fileno(), n, start - n) if n else b""
+        self._tail_at_commit = self._raw_tail
         self._fh.seek(start)
         self._frag.clear()
         self._dropped = 0
@@ -147,6 +257,7 @@ class LogTailer:
         assert self._fh is not None
         self._fh.seek(0)
         self._offset = self._committed = 0
+        self._raw_tail = self._tail_at_commit = b""
         self._frag.clear()
         self._dropped = 0
         self._frag_since = None
@@ -168,6 +279,7 @@ class LogTailer:
                 break
             budget -= len(data)
             self._feed(data, out)
+            self._raw_tail = (self._raw_tail + data[-FINGERPRINT_BYTES:])[-FINGERPRINT_BYTES:]
 
     def _feed(self, data: bytes, out: list[signals.LogLine]) -> None:
         start = 0
@@ -179,6 +291,11 @@ class LogTailer:
                 return
             self._keep(data[start:nl])
             self._offset += nl + 1 - start
+            # the bytes before this line's end (``_raw_tail`` ends where ``data`` begins)
+            if nl + 1 >= FINGERPRINT_BYTES:
+                self._tail_at_commit = data[nl + 1 - FINGERPRINT_BYTES : nl + 1]
+            else:
+                self._tail_at_commit = (self._raw_tail + data[: nl + 1])[-FINGERPRINT_BYTES:]
             self._emit(out)
             start = nl + 1
 
@@ -198,14 +315,15 @@ class LogTailer:
             text = text[:-1]
         if self._dropped:
             text += f" {MARKER} {self._dropped} bytes of this line dropped"
-        self._append(out, text)
         self._frag.clear()
         self._dropped = 0
         self._frag_since = None
         self._committed = self._offset
+        self._append(out, text)
 
     def _flush_stale_fragment(self, out: list[signals.LogLine]) -> None:
         if self._frag_since is not None and self._clock.now() - self._frag_since >= self._partial_timeout:
+            self._tail_at_commit = self._raw_tail
             self._emit(out)
 
     def _marker(self, out: list[signals.LogLine], what: str) -> None:
@@ -213,4 +331,5 @@ class LogTailer:
 
     def _append(self, out: list[signals.LogLine], text: str) -> None:
         self._lineno += 1
+        self._line_ends[self._lineno] = (self._committed, self._tail_at_commit)
         out.append(signals.LogLine(text=text, lineno=self._lineno, received_at=self._clock.now(), source=self.source))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -112,6 +113,27 @@ class PatternFiring(BaseModel):
         data = self.model_dump(mode="json", exclude={"first", "last"})
         data["first"], data["last"] = iso_utc(self.first), iso_utc(self.last)
         return data
+
+
+class TailRecord(BaseModel):
+    """Where reading one output file of one attempt stands (``signals.resume`` explains ``basis``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    workload: str
+    attempt: int
+    path: str
+    source: str = ""
+    inode: int | None = None
+    offset: int
+    lineno: int = 0
+    fingerprint: str = ""
+    basis: str = ""
+
+
+def path_key(path: str) -> str:
+    """The fixed-length key of an output file path (the unique key must fit MySQL's index limit)."""
+    return hashlib.sha256(path.encode("utf-8", errors="surrogateescape")).hexdigest()
 
 
 def to_datetime(epoch: float) -> datetime.datetime:
@@ -280,6 +302,46 @@ class AuditStore:
             nodes.update(dict.fromkeys(str(node) for node in value or []))
         return list(nodes)
 
+    # -- tail positions -----------------------------------------------------------------------
+
+    async def _save_tail(self, session: AsyncSession, records: Sequence[TailRecord], at: float) -> None:
+        when = to_datetime(at)
+        for rec in records:
+            await self._ensure_workload(session, rec.workload, at)
+            query = sa.select(tables.TailPositionRow).where(
+                tables.TailPositionRow.workload == rec.workload, tables.TailPositionRow.attempt == rec.attempt,
+                tables.TailPositionRow.path_key == path_key(rec.path),
+            )
+            row = (await session.execute(query)).scalar_one_or_none()
+            if row is None:
+                row = tables.TailPositionRow(workload=rec.workload, attempt=rec.attempt, path_key=path_key(rec.path),
+                                             path=rec.path)
+                session.add(row)
+            row.source, row.inode, row.byte_offset, row.lineno = rec.source, rec.inode, rec.offset, rec.lineno
+            row.fingerprint, row.updated_at = rec.fingerprint, when
+            if rec.basis:
+                row.basis = rec.basis
+        await session.flush()
+
+    async def save_tail_positions(self, records: Sequence[TailRecord], *, at: float) -> None:
+        """Create or move read positions (one transaction for all); an empty ``basis`` keeps the stored one."""
+        if not records:
+            return
+        try:
+            await self._transaction(lambda session: self._save_tail(session, records, at))
+        except sa_exc.IntegrityError:
+            # Another writer inserted the same key first: the rows exist now, so this is an update.
+            await self._transaction(lambda session: self._save_tail(session, records, at))
+
+    async def tail_positions(self, workload: str) -> list[TailRecord]:
+        """Every saved read position of a workload, oldest attempt first."""
+        query = (sa.select(tables.TailPositionRow).where(tables.TailPositionRow.workload == workload)
+                 .order_by(tables.TailPositionRow.attempt, tables.TailPositionRow.id))
+        async with self._sessions() as session:
+            return [TailRecord(workload=r.workload, attempt=r.attempt, path=r.path, source=r.source, inode=r.inode,
+                               offset=r.byte_offset, lineno=r.lineno, fingerprint=r.fingerprint, basis=r.basis)
+                    for r in (await session.execute(query)).scalars().all()]
+
     # -- detection and attribution ------------------------------------------------------------
 
     async def record_anomaly(self, *, workload: str, attempt: int, anomaly: anomalies.Anomaly, at: float) -> None:
@@ -347,8 +409,13 @@ class AuditStore:
             tables.AdviceRow.generation == generation,
         )
 
-    async def record_advice(self, item: advice.Advice, *, at: float) -> bool:
-        """Write the advice and its audit record; False (and nothing written) if the key exists."""
+    async def record_advice(self, item: advice.Advice, *, at: float, tail: Sequence[TailRecord] = ()) -> bool:
+        """Write the advice and its audit record; False (and nothing written) if the key exists.
+
+        ``tail``: read positions saved in the same transaction, so that after a crash either
+        the advice exists and the lines behind it are never read again, or neither is stored
+        and those lines are read and decided on again.
+        """
         payload = advice_payload(item)
 
         async def work(session: AsyncSession) -> bool:
@@ -356,6 +423,7 @@ class AuditStore:
             if (await session.execute(query)).scalar_one_or_none() is not None:
                 return False
             await self._ensure_workload(session, item.workload, at)
+            await self._save_tail(session, tail, at)
             when = to_datetime(at)
             session.add(tables.AdviceRow(
                 workload=item.workload, attempt=item.attempt, generation=item.generation, action=item.action.value,

@@ -255,3 +255,29 @@ class AuditLogRow(Base):
     policy_version: orm.Mapped[str] = orm.mapped_column(sa.String(128), default="")
     catalog_version: orm.Mapped[str] = orm.mapped_column(sa.String(128), default="")
     settings_fingerprint: orm.Mapped[str] = orm.mapped_column(sa.String(128), default="")
+
+
+class TailPositionRow(Base):
+    """Where reading one output file of one attempt stands, so a restart resumes there.
+
+    One row per (workload, attempt, file); ``path_key`` (a hash of the path) keeps the unique
+    key short enough for MySQL's index limit, ``path`` keeps the file name itself. ``basis``
+    says how the start of the attempt in the file was found (``signals.resume``): an
+    ``unknown`` row is the record that earlier content was skipped, not judged.
+    """
+
+    __tablename__ = "tail_positions"
+    __table_args__ = (sa.UniqueConstraint("workload", "attempt", "path_key", name="uq_tail_positions_key"),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    workload: orm.Mapped[str] = _workload_fk()
+    attempt: orm.Mapped[int]
+    path_key: orm.Mapped[str] = orm.mapped_column(sa.String(64))
+    path: orm.Mapped[str] = orm.mapped_column(sa.Text)
+    source: orm.Mapped[str] = orm.mapped_column(sa.String(16), default="")
+    inode: orm.Mapped[int | None] = orm.mapped_column(sa.BigInteger)
+    byte_offset: orm.Mapped[int] = orm.mapped_column(sa.BigInteger)
+    lineno: orm.Mapped[int] = orm.mapped_column(sa.BigInteger)
+    fingerprint: orm.Mapped[str] = orm.mapped_column(sa.String(64), default="")
+    basis: orm.Mapped[str] = orm.mapped_column(sa.String(16), default="")
+    updated_at: orm.Mapped[datetime.datetime]

@@ -274,3 +274,43 @@ async def test_unreachable_server_names_the_url_without_password():
         await database.open_store("postgresql+asyncpg://trainguard:s3cret@127.0.0.1:1/audit")
     message = str(caught.value)
     assert "s3cret" not in message and "127.0.0.1:1/audit" in message
+
+
+def a_tail(attempt: int = 0, path: str = "/scratch/job-7/slurm-7.out", **fields: object) -> audit.TailRecord:
+    return audit.TailRecord.model_validate({
+        "workload": W, "attempt": attempt, "path": path, "source": "stdout", "inode": 2**40 + 7,
+        "offset": 5 * 2**32 + 11, "lineno": 120, "fingerprint": "ab" * 16, "basis": "stored", **fields,
+    })
+
+
+async def test_tail_positions_are_one_row_per_attempt_and_file(db_url: str):
+    """Offsets and inodes past 32 bits, paths past any index limit (MySQL's 3072 bytes)."""
+    long_path = "/lustre/" + "deep/" * 400 + "slurm-7.out"
+    store = await database.open_store(db_url)
+    try:
+        assert await store.tail_positions(W) == []
+        await store.save_tail_positions([a_tail(), a_tail(path=long_path, basis="unknown")], at=T0)
+        await store.save_tail_positions([a_tail(offset=99, basis=""), a_tail(attempt=1, offset=0)], at=T0 + 1)
+        rows = await store.tail_positions(W)
+        assert [(r.attempt, r.path, r.offset, r.basis) for r in rows] == [
+            (0, "/scratch/job-7/slurm-7.out", 99, "stored"),  # moved; an empty basis keeps the stored one
+            (0, long_path, 5 * 2**32 + 11, "unknown"),
+            (1, "/scratch/job-7/slurm-7.out", 0, "stored"),
+        ]
+        assert rows[1] == a_tail(path=long_path, basis="unknown")
+    finally:
+        await store.close()
+
+
+async def test_tail_positions_are_stored_with_the_advice_or_not_at_all(db_url: str):
+    store = await database.open_store(db_url)
+    try:
+        assert await store.record_advice(an_advice(), at=T0, tail=[a_tail(offset=10)]) is True
+        assert [r.offset for r in await store.tail_positions(W)] == [10]
+        # the same advice again (a restart resuming it): nothing is written, positions included
+        assert await store.record_advice(an_advice(), at=T0 + 1, tail=[a_tail(offset=20)]) is False
+        assert [r.offset for r in await store.tail_positions(W)] == [10]
+        assert await store.record_advice(an_advice(generation=2), at=T0 + 2, tail=[a_tail(offset=30)]) is True
+        assert [r.offset for r in await store.tail_positions(W)] == [30]
+    finally:
+        await store.close()

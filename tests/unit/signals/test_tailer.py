@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import threading
 from pathlib import Path
 
+import pytest
+
 from trainguard.model import clock, signals
-from trainguard.signals import tailer
+from trainguard.signals import fileio, tailer
 
 
 def make(path: Path, c: clock.ManualClock, **kw: object) -> tailer.LogTailer:
@@ -140,3 +145,91 @@ async def test_position_restores_after_restart(tmp_path: Path) -> None:
     fresh = texts(await t3.read_new())
     assert "changed while we were stopped" in fresh[0] and fresh[1:] == ["a", "b", "partial", "c"]
     t3.close()
+
+
+async def test_position_carries_a_fingerprint_that_catches_a_rewrite_while_stopped(tmp_path: Path) -> None:
+    """Truncated and rewritten past our offset while we were stopped: same inode, size >= offset."""
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"old attempt line 1\nold attempt Xid\n")
+    t = make(p, c)
+    assert len(await t.read_new()) == 2
+    pos = t.position()
+    assert pos.fingerprint == tailer.fingerprint_of(p.read_bytes()[-tailer.FINGERPRINT_BYTES:])
+    t.close()
+    with p.open("r+b") as f:  # Slurm truncates for the next attempt, which prints more than before
+        f.truncate(0)
+        f.write(b"new attempt banner, a longer line than before\nnew 2\n")
+    assert p.stat().st_size >= pos.offset
+    t2 = make(p, c, position=pos)
+    got = texts(await t2.read_new())
+    assert "changed while we were stopped" in got[0]
+    assert got[1:] == ["new attempt banner, a longer line than before", "new 2"]
+    t2.close()
+
+
+async def test_truncation_and_rewrite_between_two_polls_is_noticed(tmp_path: Path) -> None:
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"a\nb\n")
+    t = make(p, c)
+    assert texts(await t.read_new()) == ["a", "b"]
+    with p.open("r+b") as f:  # same inode, and already longer than what we had read
+        f.truncate(0)
+        f.write(b"x\ny\nz\n")
+    got = texts(await t.read_new())
+    assert "truncated" in got[0] and got[1:] == ["x", "y", "z"]
+    t.close()
+
+
+async def test_position_after_each_line_of_a_batch(tmp_path: Path) -> None:
+    """A decision half-way through a batch stores the position after the line it came from."""
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"one\ntwo\nthree\n")
+    t = make(p, c)
+    got = await t.read_new()
+    middle = t.position_after(got[1].lineno)
+    assert (middle.offset, middle.lineno) == (8, 2)
+    assert middle.fingerprint == tailer.fingerprint_of(b"one\ntwo\n")
+    t.close()
+    t2 = make(p, c, position=middle)
+    assert texts(await t2.read_new()) == ["three"]
+    t2.close()
+
+
+async def test_a_stuck_read_is_reported_once_and_never_doubled(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung NFS read: the round goes on without it, no second read starts, its lines arrive later."""
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"before the hang\n")
+    pool = fileio.FilePool(workers=2)
+    t = make(p, c, pool=pool, timeout=0.05)
+    release = threading.Event()
+    calls = []
+    real_poll = t.poll
+
+    def hanging_poll() -> list[signals.LogLine]:
+        calls.append(1)
+        release.wait(30)
+        return real_poll()
+
+    monkeypatch.setattr(t, "poll", hanging_poll)
+    with caplog.at_level(logging.WARNING, logger="trainguard.signals.tailer"):
+        assert await t.read_new() == []
+        assert t.stuck
+        for _ in range(5):
+            assert await t.read_new() == []
+        assert len(calls) == 1, "no second read of a file whose read is stuck"
+        release.set()
+        for _ in range(3000):
+            if not t.stuck:
+                break
+            await asyncio.sleep(0.01)
+        assert texts(await t.read_new()) == ["before the hang"]  # the late read's lines are not lost
+    stuck = [r for r in caplog.records if "is stuck" in r.getMessage()]
+    again = [r for r in caplog.records if "works again" in r.getMessage()]
+    assert len(stuck) == 1 and len(again) == 1
+    t.close()
+    pool.close()
