@@ -199,18 +199,8 @@ class Engine:
         to the health model (one log line per change of state). ``reaches``: the dependencies a
         successful round has certainly called (so it proves them reachable)."""
         backoff = health_mod.Backoff(interval, ceiling=max(self.settings.max_backoff_s, interval))
-        name = getattr(work, "__name__", "work")
         while not stop.is_set():
-            try:
-                await work()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.health.round_failed(name, exc)
-                delay = backoff.failed()
-            else:
-                self.health.round_succeeded(name, *reaches)
-                delay = backoff.succeeded()
+            delay = backoff.succeeded() if await self._round(work, reaches) else backoff.failed()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
 
@@ -218,20 +208,24 @@ class Engine:
         """Run ``work`` until one round succeeds (True) or ``stop`` is set (False), backing off."""
         backoff = health_mod.Backoff(self.settings.discovery_interval_s,
                                      ceiling=max(self.settings.max_backoff_s, self.settings.discovery_interval_s))
-        name = getattr(work, "__name__", "work")
         while not stop.is_set():
-            try:
-                await work()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.health.round_failed(name, exc)
-            else:
-                self.health.round_succeeded(name, *reaches)
+            if await self._round(work, reaches):
                 return True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=backoff.failed())
         return False
+
+    async def _round(self, work: Callable[[], Awaitable[None]], reaches: tuple[str, ...]) -> bool:
+        """One round of ``work``, its result reported to the health model; True when it succeeded."""
+        try:
+            await work()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.health.round_failed(getattr(work, "__name__", "work"), exc)
+            return False
+        self.health.round_succeeded(getattr(work, "__name__", "work"), *reaches)
+        return True
 
     def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

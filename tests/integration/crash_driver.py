@@ -64,6 +64,24 @@ def kill_before(method: Callable[..., Awaitable[Any]]) -> Any:
     return wrapper
 
 
+def install_kill_point(kill_at: str, store: Any, scheduler: Any) -> bool:
+    """Make the process die at ``kill_at`` (``advice``, ``intent:STEP``, ``call:OPERATION``,
+    ``outcome`` or ``none``); False for a boundary this function does not know."""
+    boundary, _, name = kill_at.partition(":")
+    if boundary == "advice":
+        store.record_advice = kill_after(store.record_advice, lambda written, _: written)
+    elif boundary == "intent":
+        store.begin_action = kill_after(
+            store.begin_action, lambda row, _: row.step == name and row.status is actions.ActionStatus.INTENT)
+    elif boundary == "call":
+        setattr(scheduler, name, kill_after(getattr(scheduler, name), lambda _result, _args: True))
+    elif boundary == "outcome":
+        store.record_outcome = kill_before(store.record_outcome)
+    elif boundary != "none":
+        return False
+    return True
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--db", required=True)
@@ -77,17 +95,7 @@ async def main() -> int:
     now = clock.ManualClock(clock.SystemClock().now() + args.clock_offset)
     store = await database.open_store(args.db)
     scheduler = fake_scheduler.FileFakeScheduler(args.scheduler_file)
-    boundary, _, name = args.kill_at.partition(":")
-    if boundary == "advice":
-        store.record_advice = kill_after(store.record_advice, lambda written, _: written)  # type: ignore[method-assign]
-    elif boundary == "intent":
-        store.begin_action = kill_after(  # type: ignore[method-assign]
-            store.begin_action, lambda row, _: row.step == name and row.status is actions.ActionStatus.INTENT)
-    elif boundary == "call":
-        setattr(scheduler, name, kill_after(getattr(scheduler, name), lambda _result, _args: True))
-    elif boundary == "outcome":
-        store.record_outcome = kill_before(store.record_outcome)  # type: ignore[method-assign]
-    elif boundary != "none":
+    if not install_kill_point(args.kill_at, store, scheduler):
         parser.error(f"unknown boundary {args.kill_at!r}")
 
     try:

@@ -24,12 +24,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.integration.crash_driver import die, kill_after, kill_before
+from tests.integration.crash_driver import die, install_kill_point, kill_after
 from tests.support import fake_scheduler
 from trainguard import engine as engine_mod
 from trainguard import settings as settings_mod
 from trainguard.detect import catalog as catalog_mod
-from trainguard.model import actions, clock
+from trainguard.model import clock
 from trainguard.policy import loader
 
 POLICY = """
@@ -70,22 +70,12 @@ async def main() -> int:
     now = clock.ManualClock(args.clock)
     store = await database.open_store(args.db)
     scheduler = fake_scheduler.FileFakeScheduler(args.scheduler_file)
-    boundary, _, name = args.kill_at.partition(":")
-    if boundary == "advice":
-        store.record_advice = kill_after(store.record_advice, lambda written, _: written)  # type: ignore[method-assign]
-    elif boundary == "intent":
-        store.begin_action = kill_after(  # type: ignore[method-assign]
-            store.begin_action, lambda row, _: row.step == name and row.status is actions.ActionStatus.INTENT)
-    elif boundary == "call":
-        setattr(scheduler, name, kill_after(getattr(scheduler, name), lambda _result, _args: True))
-    elif boundary == "outcome":
-        store.record_outcome = kill_before(store.record_outcome)  # type: ignore[method-assign]
-    elif boundary == "pending":
+    if args.kill_at == "pending":  # after the outcome, with the requeued job pending
         def pending(_stored: Any, _args: tuple[Any, ...]) -> bool:
             scheduler._load()
             return scheduler.jobs[args.job_id].state.value == "PENDING"
         store.record_outcome = kill_after(store.record_outcome, pending)  # type: ignore[method-assign]
-    elif boundary != "none":
+    elif not install_kill_point(args.kill_at, store, scheduler):
         parser.error(f"unknown boundary {args.kill_at!r}")
 
     if args.start is not None:
@@ -109,7 +99,7 @@ async def main() -> int:
             for t in rt.tailers:
                 t.close()
         await store.close()
-    if boundary != "none":
+    if args.kill_at != "none":
         die()  # the boundary was never reached: die anyway, the test sees it in the mutations
     print(" ".join(m["operation"] for m in scheduler.mutations))
     return 0
