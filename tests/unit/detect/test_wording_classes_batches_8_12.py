@@ -167,3 +167,33 @@ def test_a_short_write_of_a_checkpoint_is_a_filesystem_error() -> None:
         "wrote 39776036 blocks instead of 41251350 at /tmp/luarocks_torch-scm-1-1419/torch7/lib/TH/THDiskFile.c:340"
     )
     assert (result.symptom, result.category, result.attribution) == (S.CRASH, C.FILESYSTEM_IO, A.SYSTEM)
+
+
+# ---- classes found by batch 16 (collected after the batch 13-15 changes; tuned after its first sight) ----
+
+
+def test_an_nvlink5_xid_marked_nonfatal_is_evidence_not_a_crash() -> None:
+    """NVLink5 Xids (144-150) carry the unit's own severity word after the unit name: a ``Nonfatal``
+    event is logged while the link keeps working, so alone it must not make a crash; the ``Fatal``
+    form of the same Xids still does."""
+    for line in (
+        "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 "
+        "0x00000000 0x00100000 0x00000004)",
+        "kernel: NVRM: Xid (PCI:0000:5f:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 02",
+        "NVRM: Xid (PCI:0000:01:00): 144, SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001 0x00000008 0x00000000)",
+    ):
+        result = _analyze(line)
+        assert result.symptom == S.HEALTHY, line
+        assert [e.pattern for e in result.context] == ["xid.nvlink5_nonfatal", "xid.any"], line
+    for line in (
+        "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000)",
+        "NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 0x00000000)",
+    ):
+        result = _analyze(line)
+        assert (result.symptom, result.category, result.attribution) == (S.CRASH, C.NVLINK, A.HARDWARE), line
+    # A Nonfatal event followed by a Fatal one on the link: the Fatal one decides.
+    result = _analyze(
+        "NVRM: Xid (PCI:0000:01:00): 144, SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001 0x00000008 0x00000000)",
+        "NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x026001c6 0x00000000)",
+    )
+    assert (result.symptom, result.category) == (S.CRASH, C.NVLINK)
