@@ -466,8 +466,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"[rank{placement.rank}]: error: {exc}", file=sys.stderr)
         return 2
+    # Leave together, and without C++ destructors: rank 0 hosts the TCPStore, and a rank whose
+    # interpreter is still shutting down when that store goes away can die in a destructor with
+    # "terminate called without an active exception" (seen under load), which srun reports as a
+    # failed step of a run that completed.
+    dist.barrier()
     dist.destroy_process_group()
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

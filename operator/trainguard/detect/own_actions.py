@@ -18,6 +18,11 @@ The rule, kept narrow so that a real failure is never explained away:
   during the teardown;
 * its initiating line was read after we began that operation (same clock, the engine's).
 
+One exception to "this very attempt": Slurm's own requeue teardown line (``... CANCELLED AT ...
+DUE TO JOB REQUEUE ***``) can reach the file after the engine last looked at it while the job was
+pending and before the next attempt started, so it is read as the *next* attempt's first line.
+That line names the requeue itself, so it is our effect when we requeued the previous attempt.
+
 Pure: the caller passes the action rows.
 """
 
@@ -34,6 +39,9 @@ WINDOW_S = 3600.0
 """How long after our operation its teardown can still be read (slow filesystems, long grace)."""
 _MEANT = frozenset({actions.ActionStatus.INTENT, actions.ActionStatus.DONE})
 _TEARDOWN = frozenset({first_cause.Rank.KILLED, first_cause.Rank.CASCADE})
+_REQUEUES = frozenset({actions.Operation.REQUEUE, actions.Operation.REQUEUE_HOLD})
+REQUEUE_TEARDOWN = "DUE TO JOB REQUEUE"
+"""What slurmstepd prints on a step it kills because the job was requeued."""
 
 
 def effect_of(
@@ -48,10 +56,16 @@ def effect_of(
     seen = initiating.at if initiating.at is not None else anomaly.detected_at
     if seen is None:
         return None
+    late_requeue_line = REQUEUE_TEARDOWN in initiating.text
+
+    def caused(row: actions.ActionRecord) -> bool:
+        if row.attempt == attempt:
+            return row.operation in TERMINATING
+        return late_requeue_line and row.attempt == attempt - 1 and row.operation in _REQUEUES
+
     candidates = [
         row for row in ours
-        if row.workload == workload and row.attempt == attempt and row.operation in TERMINATING
-        and row.status in _MEANT and row.created_at <= seen
+        if row.workload == workload and caused(row) and row.status in _MEANT and row.created_at <= seen
     ]
     return max(candidates, key=lambda row: row.created_at, default=None)
 

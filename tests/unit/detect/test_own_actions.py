@@ -69,3 +69,23 @@ def test_a_hang_is_never_an_effect() -> None:
     hang = crash(TASK_TERMINATED, C.PROGRESS_STALLED, at=REQUEUED_AT + 2).model_copy(
         update={"symptom": vocab.Symptom.HANG})
     assert own_actions.effect_of(hang, workload=WORKLOAD, attempt=0, ours=[ours()]) is None
+
+
+@pytest.mark.parametrize("operation", [actions.Operation.REQUEUE, actions.Operation.REQUEUE_HOLD])
+def test_our_requeue_teardown_line_read_as_the_next_attempt_is_still_our_effect(operation: actions.Operation) -> None:
+    # slurmstepd wrote it after the engine last looked at the pending job's file, so reading the next
+    # attempt starts before it; the line names the requeue itself.
+    row = ours(operation, attempt=0)
+    anomaly = crash(STEP_CANCELLED, C.PROCESS_SIGNAL_KILLED, at=REQUEUED_AT + 20.0)
+    assert own_actions.effect_of(anomaly, workload=WORKLOAD, attempt=1, ours=[row]) == row
+
+
+def test_only_the_requeue_line_itself_crosses_into_the_next_attempt() -> None:
+    # Another kill line in the next attempt is a failure of that attempt (a kill -9 of a rank), as is
+    # a requeue line when our action on the previous attempt was a cancel (no next attempt from us).
+    terminated = crash(TASK_TERMINATED, C.PROCESS_SIGNAL_KILLED, at=REQUEUED_AT + 20.0)
+    assert own_actions.effect_of(terminated, workload=WORKLOAD, attempt=1, ours=[ours(attempt=0)]) is None
+    cancelled = crash(STEP_CANCELLED, C.PROCESS_SIGNAL_KILLED, at=REQUEUED_AT + 20.0)
+    assert own_actions.effect_of(cancelled, workload=WORKLOAD, attempt=1,
+                                 ours=[ours(actions.Operation.CANCEL, attempt=0)]) is None
+    assert own_actions.effect_of(cancelled, workload=WORKLOAD, attempt=2, ours=[ours(attempt=0)]) is None
