@@ -115,7 +115,7 @@ def plan(item: advice.Advice, job_id: str) -> list[Step]:
             steps.append(Step("cancel", actions.Operation.CANCEL, job_id, baseline_attempt=base))
         case vocab.AdviceAction.NONE:
             pass
-    for node in sorted(set(item.drain_nodes)):
+    for node in sorted(set(item.drain_nodes) if item.drain_in_scheduler else ()):
         steps.append(Step(f"drain_node:{node}", actions.Operation.DRAIN_NODE, job_id, (node,), baseline_attempt=base))
     return steps
 
@@ -142,7 +142,7 @@ def unmet(item: advice.Advice, seen: Observation) -> list[str]:
                 missing.append(f"job still {job.state.value}")
         case vocab.AdviceAction.NONE:
             pass
-    for node in sorted(set(item.drain_nodes)):
+    for node in sorted(set(item.drain_nodes) if item.drain_in_scheduler else ()):
         snapshot = seen.nodes.get(node)
         if snapshot is None or not snapshot.drained:
             missing.append(f"node {node} not drained")

@@ -24,6 +24,9 @@ class Advice(BaseModel):
     action: vocab.AdviceAction
     exclude_nodes: list[str] = Field(default_factory=list)
     drain_nodes: list[str] = Field(default_factory=list)
+    drain_in_scheduler: bool = True
+    """Whether ``drain_nodes`` are drained in the scheduler (the policy allows ``drainNode``); False
+    when only ``cordonNode`` is allowed: the Kubernetes shell cordons them and Slurm is not touched."""
     reasons: list[str] = Field(default_factory=list)
     mode: vocab.Mode = vocab.Mode.MONITOR
     deadline: float | None = None

@@ -95,6 +95,7 @@ def decide(
             action=action,
             exclude_nodes=list(exclude),
             drain_nodes=list(drain),
+            drain_in_scheduler=model.ActionName.DRAIN_NODE in spec.actions.allowed,
             reasons=reasons,
             mode=spec.mode,
             deadline=now + delay + spec.watchdog.deadline,

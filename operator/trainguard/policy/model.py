@@ -81,12 +81,6 @@ class Selector(_Section):
     the most specific policy whose selector covers it (``policy.loader.PolicySet.route``); a job
     that names this policy is refused if the selector excludes it."""
 
-    opt_in_tag: str = Field(
-        default="trainguard",
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
-        description="First word of a Slurm job comment that opts the job in (the documented opt-in is "
-        "'trainguard'). Change it only to run two installations side by side.",
-    )
     policy_name: str | None = Field(
         default=None,
         max_length=253,

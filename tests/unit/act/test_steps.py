@@ -22,6 +22,8 @@ def test_plans_name_their_steps():
     assert [s.name for s in steps.plan(item(vocab.AdviceAction.STOP, drain_nodes=["n2", "n1"]), "7")] == [
         "cancel", "drain_node:n1", "drain_node:n2"]
     assert steps.plan(item(vocab.AdviceAction.NONE), "7") == []
+    cordon_only = item(vocab.AdviceAction.STOP, drain_nodes=["n1"], drain_in_scheduler=False)
+    assert [s.name for s in steps.plan(cordon_only, "7")] == ["cancel"]
     exclude = steps.plan(item(vocab.AdviceAction.REQUEUE, exclude_nodes=["b", "a"]), "7")[1]
     assert exclude.args == {"job_id": "7", "excluded_nodes": ["a", "b"]}
 

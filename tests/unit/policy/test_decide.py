@@ -254,8 +254,12 @@ def test_lemon_drain_needs_the_switch_and_an_allowed_action() -> None:
     allowed = _spec(exclusion={"drainLemonNodes": True}, actions={"allowed": ["requeue", "stop", "drainNode"]})
     drained = _decide(allowed, verdict=verdict)
     assert drained.drain_nodes == ["n2"]
+    assert drained.drain_in_scheduler
     cordon = _spec(exclusion={"drainLemonNodes": True}, actions={"allowed": ["requeue", "cordonNode"]})
-    assert _decide(cordon, verdict=verdict).drain_nodes == ["n2"]
+    cordoned = _decide(cordon, verdict=verdict)
+    assert cordoned.drain_nodes == ["n2"]
+    # cordonNode alone lets the Kubernetes shell cordon the node; the Slurm node is not drained.
+    assert not cordoned.drain_in_scheduler
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,8 @@ from trainguard.policy import model
 def test_defaults_are_the_documented_safe_ones() -> None:
     spec = model.RecoveryPolicySpec()
     assert spec.mode == vocab.Mode.MONITOR
-    assert spec.selector.opt_in_tag == "trainguard"
+    selector = model.RecoveryPolicySpec.model_json_schema(by_alias=True)["$defs"]["Selector"]
+    assert "optInTag" not in selector["properties"]  # the opt-in word is fixed: "trainguard"
     assert (spec.retries.max_retries, spec.retries.max_attempts_without_checkpoint) == (3, 2)
     assert spec.detection.hang_timeout == 1800.0
     assert spec.detection.throughput_drop_action == "off"
