@@ -157,6 +157,11 @@ def drive(case: Case, cluster: SlurmCluster, base: Path) -> None:
             wait_until("attempt 1 output", lambda: any(
                 m["attempt"] == "1" for m in harness.BANNER_RE.finditer(harness.output(case.workdir, job_id))),
                 timeout=120, interval=0.2)
+    if case.moment == "pending":
+        # The old attempt's tasks may still be ending (COMPLETING) when the outcome is recorded;
+        # on a busy machine for several seconds. The begin time keeps the job pending afterwards.
+        harness.wait_job(cluster, job_id, lambda j: j.get("JobState") == "PENDING", timeout=120,
+                         what="pending after the requeue", runner=first, workdir=case.workdir, interval=0.2)
     first.process.kill()  # type: ignore[union-attr]  # kill -9
     case.killed_code = first.process.wait(timeout=30)  # type: ignore[union-attr]
     if case.moment == "pending":
