@@ -24,6 +24,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -439,6 +440,25 @@ def warn_secret_flags(settings: Settings, flags: Mapping[str, Any], prog: str) -
     if "db_url" in flags and settings.db_url is not None and _has_password(settings.db_url.get_secret_value()):
         logger.warning("%s: the --db URL holds a password, which ps shows to every user of this host; use "
                        "TRAINGUARD_DB_URL or --db-file FILE", prog)
+
+
+def start(args: argparse.Namespace, cls: type[S], prog: str) -> S | int:
+    """What ``run`` and ``operator`` do first: log to stderr, load the settings from ``args`` and
+    the environment, and answer ``--print-config``. The settings, or the exit code to return now
+    (2 with one line on stderr for a configuration error, 0 after ``--print-config``)."""
+    flags = flags_of(args, cls)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    try:
+        settings = load(cls, flags)
+    except ConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger().setLevel(settings.log_level)
+    if args.print_config:
+        return print_config(settings, flags)
+    warn_secret_flags(settings, flags, prog)
+    return settings
 
 
 class ReplacedFlag(argparse.Action):

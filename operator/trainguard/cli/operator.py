@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from typing import Any
 
 from trainguard.cli import common, config
@@ -35,20 +34,11 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    flags = config.flags_of(args, config.OperatorSettings)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    try:
-        cfg = config.load(config.OperatorSettings, flags)
-    except config.ConfigError as exc:
-        print(f"trainguard operator: {exc}", file=sys.stderr)
-        return 2
-    logging.getLogger().setLevel(cfg.log_level)
+    cfg = config.start(args, config.OperatorSettings, "trainguard operator")
+    if isinstance(cfg, int):
+        return cfg
     if cfg.log_level == "INFO":
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handler call otherwise
-    if args.print_config:
-        return config.print_config(cfg, flags)
-    config.warn_secret_flags(cfg, flags, "trainguard operator")
     if common.load_catalog("operator", cfg.patterns_file) is None:  # one line now, not a kopf traceback later
         return common.USAGE_ERROR
     from trainguard.k8s import operator

@@ -65,18 +65,9 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
 
-    flags = config.flags_of(args, config.RunSettings)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    try:
-        cfg = config.load(config.RunSettings, flags)
-    except config.ConfigError as exc:
-        print(f"trainguard run: {exc}", file=sys.stderr)
-        return 2
-    logging.getLogger().setLevel(cfg.log_level)
-    if args.print_config:
-        return config.print_config(cfg, flags)
-    config.warn_secret_flags(cfg, flags, "trainguard run")
+    cfg = config.start(args, config.RunSettings, "trainguard run")
+    if isinstance(cfg, int):
+        return cfg
     try:
         policies = load_policies(cfg.policy)
         catalog = catalog_mod.load_catalog(extra_files=cfg.patterns_file)
