@@ -123,6 +123,17 @@ class Settings(BaseSettings):
     http_listen: str = Field(DEFAULT_HTTP_LISTEN, description="HOST:PORT of /healthz, /readyz and /metrics (port 0: "
                              "any free port, logged at start-up); 'off' disables them",
                              json_schema_extra=_flag(metavar="HOST:PORT"))
+    http_token_file: Path | None = Field(None, description="bearer tokens for the HTTP API and console, one per "
+                                         "line, each optionally followed by a space and a role 'read' or 'write' "
+                                         "(default read); with it every path but /healthz and /readyz needs a token",
+                                         json_schema_extra=_flag(metavar="FILE"))
+    victorialogs_url: str | None = Field(None, description="VictoriaLogs base URL, e.g. http://vlogs:9428: job "
+                                         "output is read from it instead of the output files",
+                                         json_schema_extra=_flag(metavar="URL"))
+    loki_url: str | None = Field(None, description="Loki base URL, e.g. http://loki:3100: job output is read from "
+                                 "it instead of the output files", json_schema_extra=_flag(metavar="URL"))
+    prometheus_url: str | None = Field(None, description="Prometheus or VictoriaMetrics base URL: DCGM GPU "
+                                       "counters become evidence", json_schema_extra=_flag(metavar="URL"))
     log_level: LogLevel = "INFO"
 
     COMMAND: ClassVar[str] = ""
