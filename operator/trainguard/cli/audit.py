@@ -17,6 +17,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from trainguard.cli import common
 from trainguard.model import vocab
 from trainguard.store import location
 
@@ -49,8 +50,9 @@ def add_parser(sub: Any) -> None:
         "audit", help="print the audit log (detections, verdicts, advice, actions, outcomes)",
         description="Print the audit log, oldest first. Read-only: the database is never created or changed.",
     )
-    parser.add_argument("--db", default=location.DEFAULT_DB_URL, metavar="URL",
-                        help=f"database URL (default: {location.DEFAULT_DB_URL})")
+    parser.add_argument("--db", metavar="URL",
+                        help="database URL (default: as `trainguard run` resolves it: TRAINGUARD_DB_URL, "
+                        f"TRAINGUARD_DB_URL_FILE, TRAINGUARD_HOME, else {location.DEFAULT_DB_URL})")
     parser.add_argument("--workload", metavar="ID", help="only records of this workload")
     parser.add_argument("--kind", choices=[k.value for k in vocab.AuditKind], help="only records of this kind")
     parser.add_argument("--since", type=timestamp, metavar="ISO",
@@ -99,6 +101,9 @@ def _summary(record: audit.AuditRecord) -> str:
 def run(args: argparse.Namespace) -> int:
     from trainguard.store import audit, database
 
+    args.db = common.database_url("audit", args.db)
+    if args.db is None:
+        return common.USAGE_ERROR
     try:
         records = asyncio.run(_read(args))
     except database.StoreError as exc:

@@ -34,3 +34,19 @@ def load_catalog(command: str, files: Sequence[Path]) -> catalog_mod.Catalog | N
     except catalog_mod.CatalogError as exc:
         error(command, str(exc))
         return None
+
+
+def database_url(command: str, given: str | None) -> str | None:
+    """The audit database a read-only command (``audit``, ``patterns fired``) opens: ``--db`` when
+    given, else the same settings ``trainguard run`` resolves (TRAINGUARD_DB_URL,
+    TRAINGUARD_DB_URL_FILE, TRAINGUARD_HOME, a TRAINGUARD_CONFIG file), so reading the log of an
+    installation needs no more flags than running it did. On a problem: one line, None."""
+    if given is not None:
+        return given
+    from trainguard.cli import config  # here: keeps `trainguard --help` light
+
+    try:
+        return config.load(config.Settings, {}).database_url()
+    except config.ConfigError as exc:
+        error(command, str(exc))
+        return None

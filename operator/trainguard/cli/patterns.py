@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from trainguard.cli import audit as audit_cli
+from trainguard.cli import common
 from trainguard.detect import catalog as catalogs
 from trainguard.detect import first_cause, hosts, sanitize, static, stream
 from trainguard.detect import matcher as matchers
@@ -76,8 +77,9 @@ def add_parser(sub: Any) -> None:
         description="Count, per pattern id, the recorded anomalies whose evidence cites it, how often it was the "
         "first cause, and on which workloads. Read-only: the database is never created or changed.",
     )
-    fired.add_argument("--db", default=location.DEFAULT_DB_URL, metavar="URL",
-                       help=f"database URL (default: {location.DEFAULT_DB_URL})")
+    fired.add_argument("--db", metavar="URL",
+                       help="database URL (default: as `trainguard run` resolves it: TRAINGUARD_DB_URL, "
+                       f"TRAINGUARD_DB_URL_FILE, TRAINGUARD_HOME, else {location.DEFAULT_DB_URL})")
     fired.add_argument("--since", type=audit_cli.timestamp, metavar="ISO",
                        help="only anomalies at or after this time (ISO 8601; no offset means UTC)")
     fired.add_argument("--workload", metavar="ID", help="only anomalies of this workload")
@@ -225,6 +227,9 @@ async def _fired(args: argparse.Namespace) -> list[audit.PatternFiring]:
 def run_fired(args: argparse.Namespace) -> int:
     from trainguard.store import database
 
+    args.db = common.database_url("patterns fired", args.db)
+    if args.db is None:
+        return common.USAGE_ERROR
     try:
         found = asyncio.run(_fired(args))
     except database.StoreError as exc:

@@ -76,3 +76,26 @@ def test_audit_of_a_missing_database_exits_2(db_url: str, capsys: pytest.Capture
     captured = capsys.readouterr()
     assert captured.out == "" and "trainguard audit:" in captured.err
     assert "Traceback" not in captured.err
+
+
+def test_audit_without_db_reads_the_database_trainguard_run_was_given(
+    db_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+):
+    """An installation configured by environment (TRAINGUARD_DB_URL, or a URL in a mounted file)
+    is read by `trainguard audit` and `trainguard patterns fired` with no --db: the same settings."""
+    asyncio.run(fill(db_url))
+    monkeypatch.setenv("TRAINGUARD_DB_URL", db_url)
+    assert cli.main(["audit", "--workload", W, "--kind", "verdict", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["payload"]["nodes"] == ["node2"]
+
+    monkeypatch.delenv("TRAINGUARD_DB_URL")
+    secret = tmp_path / "db-url"
+    secret.write_text(db_url + "\n")
+    monkeypatch.setenv("TRAINGUARD_DB_URL_FILE", str(secret))
+    assert cli.main(["patterns", "fired", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["pattern"] == "cuda.ecc"
+
+    monkeypatch.setenv("TRAINGUARD_DB_URL", db_url)  # both: ambiguous, refused with one line
+    assert cli.main(["audit", "--format", "json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "trainguard audit:" in captured.err and "once" in captured.err
