@@ -42,6 +42,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from trainguard.schedulers import tokens
 from trainguard.store import location
 
 logger = logging.getLogger("trainguard.config")
@@ -195,6 +196,16 @@ class Settings(BaseSettings):
         if self.slurm_jwt_file is not None:
             return _read_secret(self.slurm_jwt_file, "slurm_jwt_file")
         return None
+
+    def slurm_token_source(self) -> str | tokens.TokenSource | None:
+        """What slurmrestd's requests carry: with a token file, the file itself, re-read whenever it
+        changes (a rotated Secret), so an expiring JWT does not stop us until a restart."""
+        if self.slurm_jwt_file is not None:
+            try:
+                return tokens.TokenFile(self.slurm_jwt_file)
+            except ValueError as exc:
+                raise ConfigError(f"slurm_jwt_file: {exc}") from exc
+        return self.slurm_token()
 
     def scheduler_env(self) -> dict[str, str]:
         """Environment of the Slurm client commands: ours, with the JWT from a file (auth/jwt reads

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         poll_s=cfg.poll,
         status_interval_s=cfg.status_interval,
         retention_s=cfg.retention,
-        jwt=cfg.slurm_token(),
+        jwt=cfg.slurm_token_source(),
         scheduler_env=cfg.scheduler_env(),
         rest_fallback=cfg.rest_fallback,
         patterns_files=tuple(cfg.patterns_file),

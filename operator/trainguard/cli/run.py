@@ -112,7 +112,7 @@ async def _main(
         if cfg.scheduler.startswith("slurm-rest:") and cfg.rest_fallback != "none":
             fallback = factory.open_scheduler(cfg.rest_fallback, env=env)
         scheduler = factory.open_scheduler(
-            cfg.scheduler, env=env, jwt=cfg.slurm_token(), fallback=fallback,
+            cfg.scheduler, env=env, jwt=cfg.slurm_token_source(), fallback=fallback,
             client_keys=[str(k) for k in cfg.ssh_key] or None,
             known_hosts=str(cfg.known_hosts) if cfg.known_hosts else None,
         )

@@ -54,7 +54,7 @@ from trainguard.k8s import events, lease, policies, recovery, slinky, status
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
-from trainguard.schedulers import base, factory
+from trainguard.schedulers import base, factory, tokens
 from trainguard.store import audit, database
 
 logger = logging.getLogger("trainguard.operator")
@@ -93,7 +93,7 @@ class OperatorConfig:
     retention_s: float = 3600.0
     """How long a WorkloadRecovery stays after the engine stopped tracking its job, so the outcome
     stays visible (``kubectl get recoveries``) before it is garbage-collected."""
-    jwt: str | None = None
+    jwt: str | tokens.TokenSource | None = None
     scheduler_env: dict[str, str] | None = None
     """Environment of the Slurm client commands (default: this process's)."""
     rest_fallback: str = "slurm-local"

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from trainguard.schedulers import base, runner, slurm_local, slurm_rest, slurm_ssh
+from trainguard.schedulers import base, runner, slurm_local, slurm_rest, slurm_ssh, tokens
 
 FORMS = "slurm-local, slurm-ssh://USER@HOST[:PORT], slurm-rest://HOST:PORT"
 
@@ -32,7 +32,7 @@ def open_scheduler(
     *,
     env: Mapping[str, str] | None = None,
     timeout: float = runner.DEFAULT_TIMEOUT,
-    jwt: str | None = None,
+    jwt: str | tokens.TokenSource | None = None,
     rest_user: str = "root",
     https: bool = False,
     fallback: base.Scheduler | None = None,
@@ -44,9 +44,9 @@ def open_scheduler(
     """A scheduler for ``spec``. Options apply to the transports that use them:
 
     ``env`` (slurm-local: added to the commands' environment, e.g. ``SLURM_CONF``);
-    ``client_keys``/``known_hosts``/``remote_env`` (slurm-ssh); ``jwt`` (slurm-rest; default
-    env ``SLURM_JWT``), ``rest_user``, ``https``, ``fallback`` (a CLI scheduler for what REST
-    cannot do).
+    ``client_keys``/``known_hosts``/``remote_env`` (slurm-ssh); ``jwt`` (slurm-rest: a token or a
+    ``tokens.TokenFile``; default env ``SLURM_JWT``), ``rest_user``, ``https``, ``fallback`` (a CLI
+    scheduler for what REST cannot do).
     """
     spec = spec.strip()
     if spec == "slurm-local":
@@ -64,7 +64,7 @@ def open_scheduler(
             raise ValueError(f"bad scheduler {spec!r}: expected slurm-rest://HOST:PORT")
         token = jwt if jwt is not None else os.environ.get("SLURM_JWT", "")
         if not token:
-            raise ValueError("slurm-rest needs a JWT: pass --jwt or set SLURM_JWT")
+            raise ValueError("slurm-rest needs a JWT: pass --jwt-file, --jwt or set SLURM_JWT")
         url = f"{'https' if https else 'http'}://{m['host']}:{_port(m['port'], 6820, spec)}"
         return slurm_rest.SlurmRest(url, token=token, user=rest_user, fallback=fallback, timeout=timeout,
                                     cluster=cluster)

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from trainguard.model import workloads
-from trainguard.schedulers import base, slurm_cli
+from trainguard.schedulers import base, slurm_cli, tokens
 
 logger = logging.getLogger(__name__)
 
@@ -37,24 +37,27 @@ an invalid token with 511 ("Protocol authentication error")."""
 
 
 class SlurmRest:
-    """``base.Scheduler`` over slurmrestd. ``token`` is a Slurm JWT (``scontrol token``)."""
+    """``base.Scheduler`` over slurmrestd. ``token`` is a Slurm JWT (``scontrol token``), or a
+    ``tokens.TokenSource`` asked before every request (a rotated token file)."""
 
     def __init__(
         self,
         url: str,
         *,
-        token: str,
+        token: str | tokens.TokenSource,
         user: str = "root",
         fallback: base.Scheduler | None = None,
         timeout: float = 30.0,
         api_version: str | None = None,
         cluster: str | None = None,
     ) -> None:
-        if not token:
-            raise base.SchedulerError("slurm-rest needs a JWT: pass --jwt or set SLURM_JWT")
+        try:
+            self._token = tokens.StaticToken(token) if isinstance(token, str) else token
+        except ValueError as exc:
+            raise base.SchedulerError(str(exc)) from None
         self.name = f"slurm-rest://{url.split('://', 1)[-1]}"
         self._url = url.rstrip("/")
-        self._headers = {"X-SLURM-USER-TOKEN": token, "X-SLURM-USER-NAME": user, "Accept": "application/json"}
+        self._headers = {"X-SLURM-USER-NAME": user, "Accept": "application/json"}
         self._fallback = fallback
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
@@ -71,7 +74,11 @@ class SlurmRest:
     async def _raw(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         url = f"{self._url}{path}"
         try:
-            async with self._http().request(method, url, json=body) as resp:
+            token = self._token.token()
+        except ValueError as exc:
+            raise base.SchedulerError(f"{self.name}: {exc}") from None
+        try:
+            async with self._http().request(method, url, json=body, headers={"X-SLURM-USER-TOKEN": token}) as resp:
                 text = await resp.text(errors="replace")
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.support import slurm
-from trainguard.schedulers import base, factory, slurm_rest
+from trainguard.schedulers import base, factory, slurm_rest, tokens
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.timeout(120)]
 
@@ -59,3 +59,31 @@ async def test_bad_token_is_a_clear_error(slurm_cluster: slurm.SlurmCluster) -> 
             await s.list_jobs()
     finally:
         await s.close()
+
+
+async def test_a_rotated_token_file_is_used_without_a_restart(slurm_cluster: slurm.SlurmCluster, tmp_path) -> None:
+    """Slurm JWTs expire; a Secret renewed under us must not leave us refused until someone restarts us."""
+    url = urlsplit(slurm_cluster.rest_url)
+    secret = tmp_path / "jwt"
+    secret.write_text("expired-token\n")
+    s = factory.open_scheduler(f"slurm-rest://{url.hostname}:{url.port}", jwt=tokens.TokenFile(secret))
+    try:
+        with pytest.raises(base.SchedulerError, match=r"HTTP (401|403|500|511)"):
+            await s.list_jobs()
+        # a Kubernetes Secret update: a new file swapped in by rename
+        fresh = tmp_path / "jwt.new"
+        fresh.write_text(slurm_cluster.jwt + "\n")
+        fresh.replace(secret)
+        assert isinstance(await s.list_jobs(), list)
+        secret.unlink()  # mid-rotation the file is briefly absent: the last token is kept
+        assert isinstance(await s.list_jobs(), list)
+    finally:
+        await s.close()
+
+
+def test_a_missing_or_empty_token_file_is_refused_at_start(tmp_path) -> None:
+    with pytest.raises(ValueError, match="cannot read the slurm JWT file"):
+        tokens.TokenFile(tmp_path / "absent")
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ValueError, match="is empty"):
+        tokens.TokenFile(tmp_path / "empty")
