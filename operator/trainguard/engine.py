@@ -20,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import enum
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from trainguard import health as health_mod
 from trainguard import settings as settings_mod
@@ -334,6 +336,7 @@ class Engine:
             history=ledger.WorkloadHistory(workload=job.workload), checkpoint_re=checkpoint, matcher=matcher,
             opt_in_errors=errors, route=route,
         )
+        await self._restore_history(rt)
         self.runtimes[job.workload] = rt
         logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s: %s)", job.workload, job.job_id, job.attempt,
                     job.state.value, name or "-", f", mode {spec.mode.value}" if spec else ", NOT COVERED",
@@ -341,6 +344,35 @@ class Engine:
         await self._open_tailers(rt, resume_from=await self.store.tail_positions(job.workload))
         await self._update(rt, job, first=True)
         rt.ready = True
+
+    async def _restore_history(self, rt: WorkloadRuntime) -> None:
+        """A workload an earlier run of ours tracked: its policy history and which of its attempts
+        were already advised on, from the store, so that a restart resumes where it stopped
+        instead of granting fresh retry budgets or advising an attempt a second time."""
+        facts = await self.store.attempt_facts(rt.workload)
+        if not facts:
+            return
+        records: list[ledger.AttemptRecord] = []
+        given: list[tuple[int, int, vocab.AdviceAction, list[str]]] = []
+        for fact in facts:
+            records.append(ledger.AttemptRecord(
+                attempt=fact.attempt, started_at=fact.started_at, ended_at=fact.ended_at,
+                checkpoint_saved=fact.checkpoint_saved,
+                anomaly_category=_enum(vocab.Category, fact.category),
+                attribution=_enum(vocab.Attribution, fact.attribution),
+            ))
+            for generation, action, exclusions in fact.advice:
+                known = _enum(vocab.AdviceAction, action)
+                if known is not None:
+                    given.append((fact.attempt, generation, known, exclusions))
+        rt.history = ledger.restored(rt.workload, records, given)
+        for record in rt.history.attempts:
+            if record.action is not None:
+                acted = record.action != vocab.AdviceAction.NONE and record.attribution is not None
+                rt.advised[record.attempt] = (record.attribution.value if acted and record.attribution
+                                              else vocab.Attribution.NONE.value)
+        logger.info("%s: resumed its history: %d attempt(s), %d advice, excluded %s", rt.workload,
+                    len(records), len(given), ", ".join(rt.history.excluded_nodes) or "none")
 
     def _matcher_for(self, spec: policy_model.RecoveryPolicySpec) -> matcher_mod.Matcher:
         """One compiled matcher per policy (its extra patterns extend the catalog)."""
@@ -896,3 +928,16 @@ def _category(value: str) -> vocab.Category:
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         logger.error("task %s failed", task.get_name(), exc_info=task.exception())
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _enum(kind: type[E], value: str | None) -> E | None:
+    """A stored enum value, or None when absent or no longer known (a value of a newer release)."""
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        return None

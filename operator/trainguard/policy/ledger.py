@@ -132,3 +132,20 @@ def record_advice(
     return updated.model_copy(
         update={"excluded_nodes": merged, "advice_generation": max(history.advice_generation, generation)}
     )
+
+
+def restored(
+    workload: str,
+    attempts: list[AttemptRecord],
+    advice: list[tuple[int, int, vocab.AdviceAction, list[str]]],
+) -> WorkloadHistory:
+    """The history of a workload an earlier run of the engine tracked, rebuilt from what it recorded
+    (attempts with their checkpoint flag and verdict; each advice as (attempt, generation, action,
+    exclusions)), so that a restart of ours neither forgets attempts that made no progress
+    (``maxAttemptsWithoutCheckpoint``) nor numbers its next advice as an earlier one."""
+    history = WorkloadHistory(workload=workload)
+    for record in sorted(attempts, key=lambda item: item.attempt):
+        history = _with(history, record)
+    for attempt, generation, action, exclusions in sorted(advice, key=lambda item: (item[0], item[1])):
+        history = record_advice(history, attempt, generation, action, exclusions)
+    return history

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -129,6 +129,23 @@ class TailRecord(BaseModel):
     lineno: int = 0
     fingerprint: str = ""
     basis: str = ""
+
+
+class AttemptFacts(BaseModel):
+    """What the store knows of one attempt, enough for a restarted engine to rebuild the policy's
+    per-workload history (retries, attempts without a checkpoint, exclusions, advice generations)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempt: int
+    started_at: float | None = None
+    ended_at: float | None = None
+    checkpoint_saved: bool = False
+    category: str | None = None
+    """The latest verdict's category and attribution for this attempt."""
+    attribution: str | None = None
+    advice: list[tuple[int, str, list[str]]] = Field(default_factory=list)
+    """(generation, action, exclusions) of each advice for this attempt, oldest first."""
 
 
 def path_key(path: str) -> str:
@@ -341,6 +358,36 @@ class AuditStore:
             return [TailRecord(workload=r.workload, attempt=r.attempt, path=r.path, source=r.source, inode=r.inode,
                                offset=r.byte_offset, lineno=r.lineno, fingerprint=r.fingerprint, basis=r.basis)
                     for r in (await session.execute(query)).scalars().all()]
+
+    async def attempt_facts(self, workload: str) -> list[AttemptFacts]:
+        """Every recorded attempt of ``workload`` with its latest verdict and its advice, oldest first."""
+        async with self._sessions() as session:
+            rows = (await session.execute(sa.select(tables.Attempt).where(tables.Attempt.workload == workload)
+                                          .order_by(tables.Attempt.attempt))).scalars().all()
+            verdicts_q = (sa.select(tables.VerdictRow).where(tables.VerdictRow.workload == workload)
+                          .order_by(tables.VerdictRow.id))
+            latest = {v.attempt: v for v in (await session.execute(verdicts_q)).scalars().all()}
+            advice_q = (sa.select(tables.AdviceRow).where(tables.AdviceRow.workload == workload)
+                        .order_by(tables.AdviceRow.attempt, tables.AdviceRow.generation))
+            given: dict[int, list[tuple[int, str, list[str]]]] = {}
+            for a in (await session.execute(advice_q)).scalars().all():
+                exclusions = [str(n) for n in (a.payload or {}).get("exclude_nodes") or []]
+                given.setdefault(a.attempt, []).append((a.generation, a.action, exclusions))
+        numbers = sorted({r.attempt for r in rows} | set(latest) | set(given))
+        by_number = {r.attempt: r for r in rows}
+        facts = []
+        for number in numbers:
+            row, verdict = by_number.get(number), latest.get(number)
+            facts.append(AttemptFacts(
+                attempt=number,
+                started_at=to_epoch(row.started_at) if row is not None and row.started_at is not None else None,
+                ended_at=to_epoch(row.ended_at) if row is not None and row.ended_at is not None else None,
+                checkpoint_saved=bool(row.checkpoint_saved) if row is not None else False,
+                category=verdict.category if verdict is not None else None,
+                attribution=verdict.attribution if verdict is not None else None,
+                advice=given.get(number, []),
+            ))
+        return facts
 
     # -- detection and attribution ------------------------------------------------------------
 

@@ -314,3 +314,27 @@ async def test_tail_positions_are_stored_with_the_advice_or_not_at_all(db_url: s
         assert [r.offset for r in await store.tail_positions(W)] == [30]
     finally:
         await store.close()
+
+
+async def test_attempt_facts_rebuild_what_a_restarted_engine_needs(db_url: str):
+    store = await database.open_store(db_url)
+    try:
+        await store.record_attempt(workload=W, attempt=0, at=T0, started_at=T0, checkpoint_saved=True)
+        await store.record_attempt(workload=W, attempt=0, at=T0 + 60, ended_at=T0 + 60)
+        await store.record_attempt(workload=W, attempt=1, at=T0 + 90, started_at=T0 + 90)
+        verdict = verdicts.Verdict(attribution=vocab.Attribution.APPLICATION, category=vocab.Category.PYTHON_EXCEPTION)
+        await store.record_verdict(workload=W, attempt=0, verdict=verdict, at=T0 + 61)
+        hardware = verdicts.Verdict(attribution=vocab.Attribution.HARDWARE, category=vocab.Category.ECC_MEMORY,
+                                    suspect_nodes=["n2"])
+        await store.record_verdict(workload=W, attempt=0, verdict=hardware, at=T0 + 62)  # the latest counts
+        await store.record_advice(an_advice(), at=T0 + 62)
+        await store.record_advice(an_advice(generation=2, action="stop", exclude_nodes=[]), at=T0 + 63)
+
+        first, second = await store.attempt_facts(W)
+        assert (first.attempt, first.started_at, first.ended_at, first.checkpoint_saved) == (0, T0, T0 + 60, True)
+        assert (first.category, first.attribution) == ("ecc_memory", "hardware")
+        assert first.advice == [(1, "requeue", ["n2"]), (2, "stop", [])]
+        assert (second.attempt, second.checkpoint_saved, second.category, second.advice) == (1, False, None, [])
+        assert await store.attempt_facts("slurm/test/unknown") == []
+    finally:
+        await store.close()

@@ -120,3 +120,40 @@ async def test_progress_then_silence_past_the_hang_timeout_requeues(make_harness
     assert (advice["action"], advice["exclusions"]) == ("requeue", [])
     assert h.mutations("32") == ["requeue"]
     assert h.scheduler.jobs["32"].attempt == 1
+
+
+async def test_a_restart_of_ours_keeps_counting_attempts_without_a_checkpoint(
+    make_harness: scenario.MakeHarness,
+) -> None:
+    """The no-progress budget spans attempts; an engine restarted between two of them must not
+    grant the crash-looping job a fresh budget (nor number its next advice as an earlier one)."""
+    h = await make_harness()
+    h.submit("32", "trainguard policy=act max-retries=5 max-attempts-without-checkpoint=2")
+    h.write("32", *scenario.ranked(0, "iteration 100 loss 2.0", "saved checkpoint to /ckpt/iter_100"),
+            *scenario.ranked(1, *scenario.TRACEBACK))
+    await h.step()
+    await h.settle()
+    h.scheduler.start("32", ["node1", "node2"])
+    await h.step()
+    h.write("32", *scenario.ranked(0, "iteration 100 loss 2.0"), *scenario.ranked(1, scenario.XID_79))
+    await h.step()
+    await h.settle()
+    assert [(a["attempt"], a["action"], a["exclusions"]) for a in await h.advice("32")] == [
+        (0, "requeue", []), (1, "requeue", ["node2"])]
+
+    h.engine = h.new_engine()  # our process restarts while attempt 2 waits in the queue
+    await h.engine.recover()
+    h.scheduler.start("32", ["node1", "node3"])
+    await h.step()
+    rt = h.runtime("32")
+    assert rt.history.excluded_nodes == ["node2"] and rt.history.advice_generation == 2
+    assert [r.checkpoint_saved for r in rt.history.attempts[:2]] == [True, False]
+    h.write("32", *scenario.ranked(0, "iteration 100 loss 2.0"), *scenario.ranked(1, *scenario.TRACEBACK))
+    await h.step()
+    await h.settle()
+
+    advice = await h.advice("32")
+    assert [(a["attempt"], a["generation"], a["action"]) for a in advice] == [
+        (0, 1, "requeue"), (1, 2, "requeue"), (2, 3, "stop")]
+    assert any("2 attempts in a row without a new checkpoint" in reason for reason in advice[2]["reasons"])
+    assert h.mutations("32")[-1] == "cancel"
