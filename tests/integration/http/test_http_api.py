@@ -98,14 +98,14 @@ class Client:
 
 async def serve(store: audit.AuditStore | None, *, tmp_path: Path | None = None, engine: Any = None,
                 allow_action: bool = False, listen: str = "127.0.0.1:0",
-                operator: bool = False) -> http_app.Server:
+                operator: bool = False, reviewer: auth.Reviewer | None = None) -> http_app.Server:
     token_file = None
     if tmp_path is not None:
         token_file = tmp_path / "tokens"
         token_file.write_text(f"# who may read\n{READ}\n{WRITE} write\n")
     health = health_mod.Health()
     setup = api.mount(api.Fixed(store=store, engine=engine), health, listen=listen, token_file=token_file,
-                      allow_action=allow_action, operator=operator)
+                      allow_action=allow_action, operator=operator, reviewer=reviewer)
     server = await http_app.serve(health, "127.0.0.1:0", setup=setup)
     assert server is not None
     return server
@@ -361,17 +361,10 @@ async def test_exposure_without_tokens_is_refused(sqlite_url, tmp_path):
         (tmp_path / "bad").write_text("abcdefghijklmnopqrstuvwxyz admin\n")
         with pytest.raises(auth.TokenFileError, match="unknown role 'admin'"):
             auth.load_tokens(tmp_path / "bad")
-        # the operator in a pod: probes and metrics only, the API is left out
-        server = await serve(store, listen="0.0.0.0:8080", operator=True)
-        try:
-            async with aiohttp.ClientSession() as s:
-                async with s.get(server.url + "/api/v1/workloads") as r:
-                    assert r.status == 404
-                    assert r.headers["X-Content-Type-Options"] == "nosniff"
-                async with s.get(server.url + "/healthz") as r:
-                    assert r.status == 200
-        finally:
-            await server.stop()
+        # the operator without a reviewer is refused the same way (it always passes its Kubernetes one)
+        with pytest.raises(ValueError, match="without authentication"):
+            api.mount(api.Fixed(store=store), health_mod.Health(), listen="0.0.0.0:8080", token_file=None,
+                      allow_action=False, operator=True)
     finally:
         await store.close()
 
