@@ -649,8 +649,8 @@ async def events(request: web.Request) -> web.StreamResponse:
             if record.id <= skip or (workload is not None and record.workload != workload):
                 continue
             await response.write(_event(record))
-    except (ConnectionResetError, asyncio.CancelledError):
-        pass
+    except ConnectionResetError:
+        pass  # the client went away
     finally:
         state.hub.unsubscribe(sub)
     return response
@@ -722,9 +722,9 @@ def install(app: web.Application, state: State, tokens: auth.TokenBook | None,
         app.router.add_route(method, PREFIX + path, handler)
 
     async def close_hub(_: web.Application) -> None:
-        await state.hub.close()
+        await state.hub.close()  # ends every open stream, so shutdown does not wait for them
 
-    app.on_cleanup.append(close_hub)
+    app.on_shutdown.append(close_hub)
 
 
 @dataclasses.dataclass

@@ -370,6 +370,20 @@ async def test_exposure_without_tokens_is_refused(sqlite_url, tmp_path):
         await store.close()
 
 
+async def test_operator_refuses_mode_switches_its_recoverypolicy_decides(sqlite_url, session, tmp_path):
+    store = await database.open_store(sqlite_url)
+    server = await serve(store, tmp_path=tmp_path, engine=engine_on(store, allow_action=True), allow_action=True,
+                         operator=True)
+    try:
+        status, body = await Client(session, server.url).post("/api/v1/policies/fast/mode", {"mode": "Monitor"},
+                                                              token=WRITE)
+        assert status == 409 and "kubectl patch the RecoveryPolicy" in body["error"]
+        assert await store.audit_records() == []
+    finally:
+        await server.stop()
+        await store.close()
+
+
 async def test_every_endpoint_answers_what_the_openapi_document_says(store, session):
     await seed(store, 6)
     server = await serve(store, engine=engine_on(store, allow_action=True), allow_action=True)
