@@ -182,11 +182,20 @@ def log_source(cfg: config.Settings) -> tuple[sources.BookFactory, victorialogs.
     """Where job output is read from: VictoriaLogs when ``victorialogs_url`` is set, else the files."""
     from trainguard.signals import sources, victorialogs
 
-    if not cfg.victorialogs_url:
+    found = victorialogs_config(cfg)
+    if found is None:
         return sources.file_books, None
+    return victorialogs.books(found)
+
+
+def victorialogs_config(cfg: config.Settings) -> victorialogs.Config | None:
+    """The VictoriaLogs source's settings, or None when ``victorialogs_url`` is not set (files)."""
+    from trainguard.signals import victorialogs
+
+    if not cfg.victorialogs_url:
+        return None
     logger.info("job output is read from VictoriaLogs at %s (fields: job %s, file %s, host %s)",
                 cfg.victorialogs_url, cfg.victorialogs_job_field, cfg.victorialogs_path_field,
                 cfg.victorialogs_host_field)
-    return victorialogs.books(victorialogs.Config(
-        url=cfg.victorialogs_url, job_field=cfg.victorialogs_job_field, path_field=cfg.victorialogs_path_field,
-        host_field=cfg.victorialogs_host_field))
+    return victorialogs.Config(url=cfg.victorialogs_url, job_field=cfg.victorialogs_job_field,
+                               path_field=cfg.victorialogs_path_field, host_field=cfg.victorialogs_host_field)
