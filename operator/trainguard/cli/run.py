@@ -198,4 +198,5 @@ def victorialogs_config(cfg: config.Settings) -> victorialogs.Config | None:
                 cfg.victorialogs_url, cfg.victorialogs_job_field, cfg.victorialogs_path_field,
                 cfg.victorialogs_host_field)
     return victorialogs.Config(url=cfg.victorialogs_url, job_field=cfg.victorialogs_job_field,
-                               path_field=cfg.victorialogs_path_field, host_field=cfg.victorialogs_host_field)
+                               path_field=cfg.victorialogs_path_field, host_field=cfg.victorialogs_host_field,
+                               rank_field=cfg.victorialogs_rank_field)

@@ -29,6 +29,8 @@ count. A restarted engine reads from that time again and skips the rows it had h
 Attempts: a row belongs to the attempt running at its time: from the scheduler's start time of
 the attempt on (``place_at_start``, ``attempt_start``), like the file book's attempt boundary.
 
+Rank: ``rank_field`` (default ``rank``), when a row has it, is the rank of the line.
+
 Node: ``host_field`` names the node a line came from only for streams that are not the job's
 shared ``StdOut``/``StdErr`` file (per-node files, container logs): the shared file is written
 by the batch host for every rank, so there the rank/node prefix in the text decides.
@@ -76,6 +78,9 @@ class Config:
     url: str
     job_field: str = "job_id"
     host_field: str = "host"
+    rank_field: str = "rank"
+    """Field with the rank of the process that printed the line, when the shipper knows it (per-rank
+    files, ``srun --output=%t``); otherwise the ``srun --label`` prefix in the text gives it."""
     path_field: str = "filename"
     tail_offset_s: float = 0.0
     """The tail's ``offset``: 0 for the lowest latency (the sweep catches rows it misses)."""
@@ -144,6 +149,7 @@ class Row:
     message: str
     host: str
     path: str
+    rank: int | None = None
 
     @property
     def key(self) -> tuple[int, str]:
@@ -392,7 +398,7 @@ class VictoriaLogsBook:
         try:
             row = Row(parse_time(str(raw["_time"])), str(raw.get("_stream_id", raw.get("_stream", ""))),
                       str(raw.get("_msg", "")), str(raw.get(self._config.host_field, "") or ""),
-                      str(raw.get(self._config.path_field, "") or ""))
+                      str(raw.get(self._config.path_field, "") or ""), _rank(raw.get(self._config.rank_field)))
         except (KeyError, ValueError, OverflowError):
             return None
         key = row.key
@@ -449,15 +455,16 @@ class VictoriaLogsBook:
                        "this line dropped"
             for part in text.split("\n"):
                 self._line(s, out, part.rstrip("\r"), item.host if not own and item.host else None,
-                           key=(ns, digest), now=now)
+                           key=(ns, digest), now=now, rank=item.rank)
         return [(s, out[id(s)]) for s in self.files]
 
     def _line(self, s: Stream, out: dict[int, list[signals.LogLine]], text: str, node: str | None, *,
-              key: tuple[int, str] | None, now: float) -> None:
+              key: tuple[int, str] | None, now: float, rank: int | None = None) -> None:
         s.lineno += 1
         if key is not None:
             s.lines[s.lineno] = key
-        out[id(s)].append(signals.LogLine(text=text, lineno=s.lineno, received_at=now, source=s.source, node=node))
+        out[id(s)].append(signals.LogLine(text=text, lineno=s.lineno, received_at=now, source=s.source, node=node,
+                                          rank=rank))
 
     def consume(self, f: Stream, line: signals.LogLine) -> None:
         key = f.lines.get(line.lineno)
@@ -526,6 +533,12 @@ class VictoriaLogsBook:
     def mark_saved(self, files: list[Stream]) -> None:
         for s in files:
             s.saved = s.consumed
+
+
+def _rank(value: object) -> int | None:
+    """A rank field's value (a small non-negative integer), or None."""
+    text = str(value).strip() if value is not None else ""
+    return int(text) if text.isdigit() and len(text) <= 7 else None
 
 
 def books(config: Config) -> tuple[sources.BookFactory, Client]:
