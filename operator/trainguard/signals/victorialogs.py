@@ -300,6 +300,8 @@ class VictoriaLogsBook:
         self.rounds = 0
         """Completed sweeps (tests wait on it instead of on time)."""
         self.late_dropped = 0
+        self.overflowed = 0
+        """Rows dropped because more than ``max_buffer`` waited to be read (not yet said in a marker)."""
 
     # -- following -----------------------------------------------------------------------------
 
@@ -415,7 +417,7 @@ class VictoriaLogsBook:
         self._seen[key] = None
         if len(self._buffer) >= self._config.max_buffer:
             self._buffer.popleft()
-            self._buffer.appendleft(1)  # counted as dropped
+            self.overflowed += 1  # said in a marker line at the next read
         self._buffer.append(row)
         return row
 
@@ -440,6 +442,10 @@ class VictoriaLogsBook:
             self._buffer.clear()
             return []
         now = self._clock.now()
+        if self.overflowed:
+            self._line(self.files[0], out, f"{MARKER} {self.overflowed} log-store rows dropped: more than "
+                       f"{self._config.max_buffer} waited to be read", None, key=None, now=now)
+            self.overflowed = 0
         while self._buffer:
             item = self._buffer.popleft()
             if isinstance(item, int):

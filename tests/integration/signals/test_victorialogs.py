@@ -284,3 +284,21 @@ async def test_many_workloads_share_one_client_without_starving(victorialogs: Vi
         for book in books:
             await book.wait_closed()
         await client.close()
+
+
+async def test_rows_beyond_the_buffer_are_dropped_with_a_marker(victorialogs: VictoriaLogsServer) -> None:
+    """A workload that is not read (its attempt has not started) holds at most ``max_buffer`` rows."""
+    now = time.time_ns()
+    await push(victorialogs.url, [(now + i, f"row {i}") for i in range(5)])
+    client = vl.Client(vl.Config(url=victorialogs.url, sweep_s=0.5, max_buffer=3))
+    book = vl.VictoriaLogsBook("w42", "42", clock.SystemClock(), client)
+    book.add(OUT, "stdout")
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while book.rounds < 1:  # nothing read meanwhile: the rows wait in the buffer
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        got = [x.text for _f, lines in await book.read() for x in lines]
+        assert got == [f"{MARKER} 2 log-store rows dropped: more than 3 waited to be read", "row 2", "row 3", "row 4"]
+    finally:
+        await shut(book)
