@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handler call otherwise
     if common.load_catalog("operator", cfg.patterns_file) is None:  # one line now, not a kopf traceback later
         return common.USAGE_ERROR
+    from trainguard.cli import run as run_mod
     from trainguard.k8s import operator
 
     namespaces = cfg.namespaces()
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         rest_fallback=cfg.rest_fallback,
         patterns_files=tuple(cfg.patterns_file),
         slinky_namespace=cfg.slinky_namespace,
+        victorialogs=run_mod.victorialogs_config(cfg),
     )
     code: int = operator.main(operator_config)
     return code
