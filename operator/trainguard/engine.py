@@ -36,6 +36,7 @@ from trainguard.detect import catalog as catalog_mod
 from trainguard.detect import hosts, own_actions, sanitize, stream
 from trainguard.detect import matcher as matcher_mod
 from trainguard.model import actions, advice, anomalies, clock, limits, routing, signals, verdicts, vocab, workloads
+from trainguard.observe import metrics as metrics_mod
 from trainguard.policy import blast_radius, decide, ledger, loader, overrides
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base
@@ -142,6 +143,15 @@ class Engine:
         """Threads for output-file I/O: a hung NFS/Lustre read never blocks the event loop."""
         self.started_at = clock_.now()
         """When this engine started: an attempt that started later was watched from its start."""
+        self.metrics = metrics_mod.EngineMetrics.shared(self.health.metrics.registry)
+        """Prometheus metrics, on the health model's registry (served at /metrics by the shells)."""
+        if self.metrics not in store.observers:
+            store.observers.append(self.metrics)
+        self.metrics.count_workloads(self.workload_states)
+
+    def workload_states(self) -> list[str]:
+        """The scheduler's state of every tracked workload (``trainguard_workloads``)."""
+        return [rt.job.state.value for rt in self.runtimes.values()]
 
     # ------------------------------------------------------------------ lifecycle
 
