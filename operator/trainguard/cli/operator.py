@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         peering=cfg.peering,
         liveness_endpoint=cfg.liveness,
         http_listen=cfg.http_listen,
+        http_token_file=cfg.http_token_file,
         poll_s=cfg.poll,
         status_interval_s=cfg.status_interval,
         retention_s=cfg.retention,
