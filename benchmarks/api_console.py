@@ -15,7 +15,8 @@ loopback port and measures, ``--samples`` times each (after one warm-up request)
 - ``workloads_deep_page``: the same query at a cursor ~``--deep-pages`` pages deep (the cursor is
   obtained by walking the pages first);
 - ``timeline``: one typical workload's page (``/api/v1/workloads/{id}``) and the heavy one's;
-- ``audit_page``: ``/api/v1/audit?workload=ID`` for the heavy workload;
+- ``audit_page``: ``/api/v1/audit?workload=ID`` for the heavy workload; audit search by kind and producer,
+  and by a one-day time range;
 - ``sse_delivery``: an audit record written through the real ``AuditStore`` -> received by an SSE
   client connected to ``/api/v1/events``.
 
@@ -350,6 +351,13 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
             await sample("timeline_heavy", f"/api/v1/workloads/{heavy}", {})
             figures["timeline_heavy"]["audit_rows_of_workload"] = args.heavy_rows
             await sample("audit_page_heavy", "/api/v1/audit", {"workload": heavy, "limit": str(args.page_size)})
+            await sample("audit_search_kind_producer", "/api/v1/audit",
+                         {"kind": "outcome", "producer": "watchdog,policy", "limit": str(args.page_size)})
+            middle = START + datetime.timedelta(seconds=args.workloads * 100)
+            await sample("audit_search_time_range", "/api/v1/audit",
+                         {"since": f"{middle:%Y-%m-%dT%H:%M:%SZ}",
+                          "until": f"{middle + datetime.timedelta(days=1):%Y-%m-%dT%H:%M:%SZ}",
+                          "kind": "anomaly", "limit": str(args.page_size)})
             figures["sse_delivery"] = await sse_delivery(client, store, args.samples)
     finally:
         await server.stop()
