@@ -160,6 +160,7 @@ class Engine:
         is retried (with backoff) until the scheduler and the store answer: nothing is decided before
         our own leftovers of a previous run are settled."""
         if not await self._until_done(self.recover, stop, health_mod.STORE):
+            self.metrics.stop_counting(self.workload_states)
             return
         loops = [
             self._spawn(self._every(self.settings.discovery_interval_s, self.discover, stop, health_mod.SCHEDULER),
@@ -178,6 +179,7 @@ class Engine:
         for rt in self.runtimes.values():
             rt.book.close()
         self.file_pool.close()
+        self.metrics.stop_counting(self.workload_states)  # a standby replica tracks nothing
 
     def abort(self) -> None:
         """Stop every in-flight recovery now (leadership lost): cancel their tasks.

@@ -166,6 +166,12 @@ class EngineMetrics:
         """Read ``trainguard_workloads`` from ``source`` (the current engine's job states) at scrape time."""
         self.states.source = source
 
+    def stop_counting(self, source: Callable[[], Iterable[str]]) -> None:
+        """``source``'s engine stopped (end of a leadership term): the gauge reads 0 until the next
+        engine counts, instead of a stopped engine's stale table. A newer source is left alone."""
+        if self.states.source == source:
+            self.states.source = None
+
     # ------------------------------------------------------------------ the audit observer
 
     def audit_written(self, record: audit.Written) -> None:

@@ -8,6 +8,8 @@ registry, which is the one the shells serve.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -123,6 +125,26 @@ async def test_engines_with_their_own_health_count_apart_and_one_health_shares_i
     h.submit("30")
     await second.discover()
     assert second.metrics.registry.get_sample_value("trainguard_workloads", {"state": "RUNNING"}) == 1
+
+
+async def test_a_stopped_engine_counts_no_workloads_and_the_next_term_counts_its_own(
+    make_harness: scenario.MakeHarness,
+) -> None:
+    h = await make_harness()
+    h.submit("50")
+    await h.engine.discover()
+    assert value(h.engine, "trainguard_workloads", state="RUNNING") == 1
+    stop = asyncio.Event()
+    run = asyncio.ensure_future(h.engine.run(stop))
+    await h.engine.discover()
+    stop.set()
+    await run
+
+    assert value(h.engine, "trainguard_workloads", state="RUNNING") == 0  # e.g. a replica that lost the Lease
+    nxt = engine_mod.Engine(h.scheduler, h.store, h.engine.policies, h.engine.catalog, clock_=h.clock,
+                            settings=h.engine.settings, health=h.engine.health)
+    await nxt.discover()
+    assert value(nxt, "trainguard_workloads", state="RUNNING") == 1
 
 
 def written(kind: str, payload: dict[str, object], *, at: float = 10.0, decided_by: str = "policy-engine",
