@@ -157,9 +157,10 @@ class EngineMetrics:
     @classmethod
     def shared(cls, registry: CollectorRegistry) -> EngineMetrics:
         """The one ``EngineMetrics`` of ``registry``, created on first use."""
-        found = _BY_REGISTRY.get(registry)
-        if found is None:
-            found = _BY_REGISTRY[registry] = cls(registry)
+        found = _BY_REGISTRY.get(id(registry))
+        if found is None or found.registry is not registry:
+            found = cls(registry)
+            _BY_REGISTRY[id(registry)] = found
         return found
 
     def count_workloads(self, source: Callable[[], Iterable[str]]) -> None:
@@ -238,9 +239,11 @@ _HANDLERS: Final[dict[str, Callable[[EngineMetrics, audit.Written], None]]] = {
     vocab.AuditKind.OUTCOME.value: EngineMetrics._on_outcome,
     vocab.AuditKind.WATCHDOG.value: EngineMetrics._on_watchdog,
 }
-_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, EngineMetrics] = weakref.WeakKeyDictionary()
-"""One ``EngineMetrics`` per registry: keyed by the registry (dropped with it), never a global
-registry, so tests and several engines with their own health model do not collide."""
+_BY_REGISTRY: weakref.WeakValueDictionary[int, EngineMetrics] = weakref.WeakValueDictionary()
+"""One ``EngineMetrics`` per registry, by the registry's id: held weakly (an ``EngineMetrics`` holds
+its registry, so a registry-keyed weak dict would keep both forever); while one is alive its
+registry is too, so the id cannot be reused meanwhile. Never a global registry: tests and several
+engines with their own health model do not collide."""
 
 
 def exported_names(registry: CollectorRegistry) -> Iterator[str]:

@@ -9,6 +9,8 @@ registry, which is the one the shells serve.
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -145,6 +147,16 @@ async def test_a_stopped_engine_counts_no_workloads_and_the_next_term_counts_its
                             settings=h.engine.settings, health=h.engine.health)
     await nxt.discover()
     assert value(nxt, "trainguard_workloads", state="RUNNING") == 1
+
+
+def test_metrics_of_a_dropped_registry_are_freed() -> None:
+    registry = CollectorRegistry()
+    first = metrics_mod.EngineMetrics.shared(registry)
+    assert metrics_mod.EngineMetrics.shared(registry) is first
+    watcher = weakref.ref(first)
+    del first, registry
+    gc.collect()
+    assert watcher() is None  # no module-level reference keeps a test's engine metrics alive
 
 
 def written(kind: str, payload: dict[str, object], *, at: float = 10.0, decided_by: str = "policy-engine",
