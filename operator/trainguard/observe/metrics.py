@@ -74,8 +74,11 @@ class _WorkloadStates(Collector):
     NAME: Final = "trainguard_workloads"
     HELP: Final = "Workloads the engine tracks, by the scheduler's job state"
 
-    def __init__(self) -> None:
+    def __init__(self, owner: EngineMetrics) -> None:
         self.source: Callable[[], Iterable[str]] | None = None
+        self.owner = owner
+        """Keeps the ``EngineMetrics`` alive exactly as long as its registry (which holds this collector):
+        its series stay registered there, so a second ``EngineMetrics`` on it would collide."""
 
     def describe(self) -> Iterable[Metric]:
         return [GaugeMetricFamily(self.NAME, self.HELP, labels=["state"])]
@@ -139,7 +142,7 @@ class EngineMetrics:
         self.audit_write = Histogram(
             "trainguard_audit_write_seconds", "Duration of the store transaction that wrote an audit record, by kind",
             ["kind"], buckets=WRITE_BUCKETS, registry=r)
-        self.states = _WorkloadStates()
+        self.states = _WorkloadStates(self)
         r.register(self.states)
         self._anomaly_at: _Recent = _Recent()
         """(workload, attempt) -> time of its latest anomaly record not yet followed by advice."""

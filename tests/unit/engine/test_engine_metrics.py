@@ -149,6 +149,14 @@ async def test_a_stopped_engine_counts_no_workloads_and_the_next_term_counts_its
     assert value(nxt, "trainguard_workloads", state="RUNNING") == 1
 
 
+def test_the_metrics_of_a_registry_live_as_long_as_it_does() -> None:
+    registry = CollectorRegistry()
+    metrics_mod.EngineMetrics.shared(registry).watchdog.labels("true").inc()
+    gc.collect()  # nothing but the registry refers to them now (e.g. the engine and store of a past term are gone)
+    again = metrics_mod.EngineMetrics.shared(registry)  # no duplicate registration
+    assert again.registry.get_sample_value("trainguard_watchdog_fallbacks_total", {"released_hold": "true"}) == 1
+
+
 def test_metrics_of_a_dropped_registry_are_freed() -> None:
     registry = CollectorRegistry()
     first = metrics_mod.EngineMetrics.shared(registry)
