@@ -7,7 +7,7 @@ rows in PostgreSQL (``benchmarks/api_console.py``). An index on ``(kind, id)`` (
 id)`` for the producer filter) gives those rows in id order directly: 0.1 ms.
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0006
 Create Date: 2026-12-01
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0007"
-down_revision = "0004"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
