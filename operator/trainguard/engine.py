@@ -38,6 +38,7 @@ from trainguard.detect import catalog as catalog_mod
 from trainguard.detect import hosts, own_actions, sanitize, stream
 from trainguard.detect import matcher as matcher_mod
 from trainguard.model import actions, advice, anomalies, clock, limits, routing, signals, verdicts, vocab, workloads
+from trainguard.observe import metrics as metrics_mod
 from trainguard.policy import blast_radius, decide, ledger, loader, overrides
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base
@@ -147,6 +148,15 @@ class Engine:
         """Threads for output-file I/O: a hung NFS/Lustre read never blocks the event loop."""
         self.started_at = clock_.now()
         """When this engine started: an attempt that started later was watched from its start."""
+        self.metrics = metrics_mod.EngineMetrics.shared(self.health.metrics.registry)
+        """Prometheus metrics, on the health model's registry (served at /metrics by the shells)."""
+        if self.metrics not in store.observers:
+            store.observers.append(self.metrics)
+        self.metrics.count_workloads(self.workload_states)
+
+    def workload_states(self) -> list[str]:
+        """The scheduler's state of every tracked workload (``trainguard_workloads``)."""
+        return [rt.job.state.value for rt in self.runtimes.values()]
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -155,6 +165,7 @@ class Engine:
         is retried (with backoff) until the scheduler and the store answer: nothing is decided before
         our own leftovers of a previous run are settled."""
         if not await self._until_done(self.recover, stop, health_mod.STORE):
+            self.metrics.stop_counting(self.workload_states)
             return
         loops = [
             self._spawn(self._every(self.settings.discovery_interval_s, self.discover, stop, health_mod.SCHEDULER),
@@ -173,6 +184,7 @@ class Engine:
         for rt in self.runtimes.values():
             rt.book.close()
         self.file_pool.close()
+        self.metrics.stop_counting(self.workload_states)  # a standby replica tracks nothing
 
     def abort(self) -> None:
         """Stop every in-flight recovery now (leadership lost): cancel their tasks.

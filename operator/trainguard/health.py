@@ -39,6 +39,8 @@ SCHEDULER: Final = "scheduler"
 STORE: Final = "store"
 TICK_S: Final = 1.0
 """Heartbeat period of the ticker."""
+LOOPS: Final = ("recover", "discover", "tail", "sweep")
+"""The engine's timer loops (``Engine.run``), by the name their failed rounds are counted under."""
 STALE_AFTER_S: Final = 30.0
 """A heartbeat older than this means the event loop is stuck: liveness fails. Generous, so a
 busy machine (a long garbage collection, a slow start) is not taken for a stuck loop."""
@@ -124,6 +126,8 @@ class Metrics:
         for name in (SCHEDULER, STORE):
             self.errors.labels(name)
             self.reachable.labels(name).set(-1)
+        for loop in LOOPS:  # exported at 0 from the start: a rate over them is 0, not "no data"
+            self.round_errors.labels(loop)
 
 
 class Health:

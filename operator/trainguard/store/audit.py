@@ -16,8 +16,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +30,34 @@ from trainguard.model import actions, advice, anomalies, verdicts, vocab
 from trainguard.store import tables
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+_WRITTEN = "trainguard_audit_written"
+"""Key in a session's ``info``: the audit records added in its transaction, told to observers on commit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """One audit record, as committed: what observers (the engine's metrics) are told."""
+
+    kind: str
+    workload: str
+    attempt: int | None
+    payload: dict[str, Any]
+    decided_by: str
+    at: float
+    """The record's time (the engine's clock)."""
+    write_s: float
+    """Wall time of the transaction that wrote it, from begin to commit."""
+
+
+class AuditObserver(Protocol):
+    """Told about every audit record after its transaction committed (never before: a record
+    that was rolled back did not happen). Must be quick and must not raise; an error is logged
+    and ignored, since observing must never stop the loop it observes."""
+
+    def audit_written(self, record: Written) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +235,8 @@ class AuditStore:
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         self.context = context
+        self.observers: list[AuditObserver] = []
+        """Told about every committed audit record (``AuditObserver``)."""
 
     @property
     def backend(self) -> str:
@@ -220,18 +252,37 @@ class AuditStore:
         await self._engine.dispose()
 
     async def _transaction(self, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
-        async with self._sessions() as session, session.begin():
-            return await work(session)
+        started = time.perf_counter()
+        async with self._sessions() as session:
+            async with session.begin():
+                result = await work(session)
+            written: list[tuple[tables.AuditLogRow, float]] = session.info.pop(_WRITTEN, [])
+        if written and self.observers:
+            self._tell(written, time.perf_counter() - started)
+        return result
+
+    def _tell(self, written: Sequence[tuple[tables.AuditLogRow, float]], seconds: float) -> None:
+        for row, at in written:
+            record = Written(kind=row.kind, workload=row.workload, attempt=row.attempt, payload=row.payload,
+                             decided_by=row.decided_by, at=at, write_s=seconds)
+            for observer in self.observers:
+                try:
+                    observer.audit_written(record)
+                except Exception:
+                    logger.exception("audit observer failed on a %s record", record.kind)
 
     def _log(
         self, session: AsyncSession, *, at: float, workload: str, attempt: int | None, kind: vocab.AuditKind,
         payload: dict[str, Any], decided_by: str,
     ) -> None:
-        session.add(tables.AuditLogRow(
+        row = tables.AuditLogRow(
             time=to_datetime(at), workload=workload, attempt=attempt, kind=kind.value, payload=payload,
             decided_by=decided_by, policy_version=self.context.policy_version,
             catalog_version=self.context.catalog_version, settings_fingerprint=self.context.settings_fingerprint,
-        ))
+        )
+        session.add(row)
+        if self.observers:
+            session.info.setdefault(_WRITTEN, []).append((row, at))
 
     @staticmethod
     async def _ensure_workload(session: AsyncSession, workload: str, at: float) -> None:

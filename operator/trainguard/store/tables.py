@@ -250,7 +250,12 @@ class AuditLogRow(Base):
     """
 
     __tablename__ = "audit_log"
-    __table_args__ = (sa.Index("ix_audit_log_workload_id", "workload", "id"),)
+    __table_args__ = (
+        sa.Index("ix_audit_log_workload_id", "workload", "id"),
+        # Audit search by kind / producer, newest first (migration 0007).
+        sa.Index("ix_audit_log_kind_id", "kind", "id"),
+        sa.Index("ix_audit_log_decided_by_id", "decided_by", "id"),
+    )
 
     id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
     time: orm.Mapped[datetime.datetime] = orm.mapped_column(index=True)

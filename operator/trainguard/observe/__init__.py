@@ -1,0 +1,1 @@
+"""Observing the loop from outside: Prometheus metrics of the engine (``metrics``)."""
