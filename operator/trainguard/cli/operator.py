@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handler call otherwise
     if common.load_catalog("operator", cfg.patterns_file) is None:  # one line now, not a kopf traceback later
         return common.USAGE_ERROR
+    from trainguard.console import web as console_web
     from trainguard.k8s import operator
 
     namespaces = cfg.namespaces()
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         peering=cfg.peering,
         liveness_endpoint=cfg.liveness,
         http_listen=cfg.http_listen,
+        http_routes=tuple(console_web.routes()),
         poll_s=cfg.poll,
         status_interval_s=cfg.status_interval,
         retention_s=cfg.retention,

@@ -99,6 +99,7 @@ async def _main(
 ) -> int:
     from trainguard import engine as engine_mod
     from trainguard import health as health_mod
+    from trainguard.console import web as console_web
     from trainguard.http import app as http_app
     from trainguard.model import clock
     from trainguard.schedulers import factory
@@ -138,7 +139,7 @@ async def _main(
     try:
         if not once:
             try:
-                server = await http_app.serve(health, cfg.http_listen)
+                server = await http_app.serve(health, cfg.http_listen, routes=console_web.routes())
             except (ValueError, OSError) as exc:
                 raise _Fatal(f"cannot serve HTTP on {cfg.http_listen}: {exc}") from exc
             ticker = asyncio.ensure_future(health.tick_forever(stop))

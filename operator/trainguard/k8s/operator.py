@@ -41,6 +41,7 @@ from typing import Any, Final
 
 import aiohttp
 import kopf
+from aiohttp import web
 from pydantic import ValidationError
 
 from trainguard import engine as engine_mod
@@ -87,6 +88,9 @@ class OperatorConfig:
     """kopf's own liveness endpoint (optional; the probes use ``http_listen``)."""
     http_listen: str = http_app.OFF
     """``HOST:PORT`` of /healthz, /readyz and /metrics (``trainguard.http``), or ``off``."""
+    http_routes: tuple[web.RouteDef, ...] = ()
+    """Further routes served on ``http_listen`` (the console's, passed by the CLI: the console is a
+    sibling shell this module does not import)."""
     poll_s: float = settings_mod.EngineSettings.discovery_interval_s
     status_interval_s: float = 2.0
     """Seconds between two reconcile rounds of WorkloadRecovery objects (each round lists them once)."""
@@ -632,7 +636,7 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
     try:
         try:
             # First, so that the probes answer (liveness) while start-up waits for the API server.
-            server = await http_app.serve(shell.health, config.http_listen)
+            server = await http_app.serve(shell.health, config.http_listen, routes=config.http_routes)
         except (ValueError, OSError) as exc:
             raise StartupError(f"cannot serve HTTP on {config.http_listen}: {exc}") from exc
         try:

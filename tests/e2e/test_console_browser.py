@@ -1,0 +1,178 @@
+"""The web console in a real Chromium, against a real ``trainguard run`` on the real local Slurm cluster.
+
+One runner (Action mode, the session's own policy, a bearer-token file with a write and a read
+token) serves the console and the API; one real PyTorch training job that opted in fails on
+rank 1 with a GPU hardware error (Xid 79). The browser, holding the write token:
+
+- sees the job appear in the workloads table while the page stays loaded (live events over SSE,
+  no reload: a marker set on ``window`` before the job exists is still there afterwards);
+- after Slurm reports the job COMPLETED, finds on the workload page the first attempt's timeline
+  picture with detection -> node exclusion -> requeue in that order, and the second attempt
+  COMPLETED, the evidence line highlighted;
+- finds the job's records with the audit search.
+
+A second browser context, holding the read token, sees the policy switch disabled, and a forced
+click gets the API's 403 shown; the policy's mode is unchanged. Screenshots of each page go to
+the session's artifacts directory (``tests/support/browser.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e import harness
+from tests.support.slurm import SlurmCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.browser]
+
+WRITE_TOKEN = "console-e2e-write-token-5f1c"
+READ_TOKEN = "console-e2e-read-token-9a2e"
+RECOVERY_TIMEOUT = 300.0
+UI_TIMEOUT_MS = 120_000
+"""How long the browser waits for something the engine must first do (a busy 2-core machine)."""
+
+
+@dataclass
+class Console:
+    runner: harness.Trainguard
+    policy: str
+    url: str
+    job_id: str
+    workload: str
+    workdir: Path
+
+
+def _api(url: str, token: str, path: str) -> Any:
+    request = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def _login(context: Any, url: str, token: str, errors: list[str]) -> Any:
+    """Open the console and type ``token`` into its token dialog, as a remote user would; uncaught
+    page errors are appended to ``errors``."""
+    page = context.new_page()
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url + "/")
+    page.locator("#token-input").fill(token)
+    page.locator("#token-save").click()
+    page.wait_for_function("document.body.dataset.role !== undefined && document.body.dataset.role !== ''")
+    page.wait_for_selector("#live[data-state=live]")
+    return page
+
+
+@pytest.fixture(scope="module")
+def runner(slurm_cluster: SlurmCluster, e2e_dir: Path,
+           request: pytest.FixtureRequest) -> Iterator[tuple[harness.Trainguard, str]]:
+    directory = e2e_dir / "trainguard-console"
+    directory.mkdir(parents=True, exist_ok=True)
+    tokens = directory / "tokens"
+    tokens.write_text(f"{WRITE_TOKEN} write\n{READ_TOKEN} read\n")
+    tokens.chmod(0o600)
+    policy, policy_name = harness.isolated_policy(directory, spec=harness.NO_LEMONS)
+    tg = harness.Trainguard(slurm_cluster, directory, mode="action", policy=policy)
+    tg.argv += ["--http-token-file", str(tokens)]
+    tg.start()
+    try:
+        yield tg, policy_name
+    finally:
+        code = tg.stop()
+        if code != 0 or request.session.testsfailed:
+            print(f"\n--- {tg.log_path} (exit {code}) ---\n{tg.log()}")
+
+
+def test_failing_job_live_timeline_and_audit(runner: tuple[harness.Trainguard, str], chromium: Any,
+                                             slurm_cluster: SlurmCluster, e2e_dir: Path, artifacts_dir: Path) -> None:
+    tg, policy = runner
+    url = tg.http_url
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    workdir = e2e_dir / "console-jobs"
+    job_id = ""
+    errors: list[str] = []
+    try:
+        page = _login(context, url, WRITE_TOKEN, errors)
+        page.goto(url + "/#/workloads")
+        page.wait_for_selector("#workloads-table tbody tr")
+        page.evaluate("window.__sameDocument = 'still here'")
+
+        job_id = harness.submit(slurm_cluster, workdir, job_name="e2e-console", nodes=2, steps=100, step_time=0.1,
+                                log_every=5, ckpt_every=20, fault="xid", fault_rank=1, fault_step=15,
+                                comment=f"trainguard policy={policy}")
+        row = page.locator("#workloads-table tbody tr[data-workload$='/" + job_id + "']")
+        row.wait_for(timeout=UI_TIMEOUT_MS)
+        assert page.evaluate("window.__sameDocument") == "still here", "the row came with a reload"
+        workload = row.get_attribute("data-workload")
+        assert workload is not None and workload.startswith("slurm/")
+        page.screenshot(path=str(artifacts_dir / "workloads.png"), full_page=True)
+
+        job = harness.wait_job(slurm_cluster, job_id, harness.final_and_restarted(1), timeout=RECOVERY_TIMEOUT,
+                               what="final after one requeue", runner=tg, workdir=workdir)
+        assert (job["JobState"], job["Restarts"]) == ("COMPLETED", "1"), harness.diagnosis(tg, workdir, job_id)
+        harness.wait_audit(tg, job_id, lambda rs: bool(harness.of_kind(rs, "outcome", 0)), timeout=60,
+                           what="outcome of attempt 0")
+        bad_node = job["ExcNodeList"]
+
+        page.goto(url + "/#/workload/" + workload)
+        first = page.locator("section.attempt[data-attempt='0'] svg.timeline")
+        first.wait_for(timeout=UI_TIMEOUT_MS)
+        page.locator("section.attempt[data-attempt='1'] .badge.state-completed").wait_for(timeout=UI_TIMEOUT_MS)
+        steps = first.locator("g.step").evaluate_all(
+            "gs => gs.map(g => [g.dataset.kind, g.dataset.operation, g.dataset.label])")
+        kinds = [kind for kind, _, _ in steps]
+        done = [op for kind, op, label in steps if kind == "action" and label.endswith("done")]
+        assert kinds[0] == "anomaly", steps
+        order = [op for op in done if op in ("requeue_hold", "exclude_nodes", "release")]
+        assert order == ["requeue_hold", "exclude_nodes", "release"], steps
+        assert "outcome" in kinds, steps
+        evidence = page.locator("section.attempt[data-attempt='0'] .evidence-line mark")
+        assert "Xid" in evidence.first.inner_text()
+        assert bad_node in page.locator("section.attempt[data-attempt='0'] .evidence").inner_text()
+        page.screenshot(path=str(artifacts_dir / "workload.png"), full_page=True)
+
+        page.goto(url + "/#/audit?workload=" + workload)
+        page.locator("#audit-table tbody tr[data-kind=anomaly]").first.wait_for(timeout=UI_TIMEOUT_MS)
+        audit_kinds = set(page.locator("#audit-table tbody tr").evaluate_all("rs => rs.map(r => r.dataset.kind)"))
+        assert {"anomaly", "verdict", "advice", "action", "outcome"} <= audit_kinds, audit_kinds
+        page.screenshot(path=str(artifacts_dir / "audit.png"), full_page=True)
+
+        page.goto(url + "/#/")
+        page.locator(f"li[data-policy='{policy}'] .badge.mode-action").wait_for(timeout=UI_TIMEOUT_MS)
+        page.screenshot(path=str(artifacts_dir / "overview.png"), full_page=True)
+        assert not errors, errors
+    finally:
+        context.close()
+        if job_id:
+            harness.cancel_if_active(slurm_cluster, job_id)
+
+
+def test_read_only_user_cannot_switch_a_policy(runner: tuple[harness.Trainguard, str], chromium: Any,
+                                               artifacts_dir: Path) -> None:
+    tg, policy = runner
+    url = tg.http_url
+    before = {p["name"]: p for p in _api(url, WRITE_TOKEN, "/api/v1/policies")["items"]}[policy]
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        errors: list[str] = []
+        page = _login(context, url, READ_TOKEN, errors)
+        page.goto(url + "/#/policies")
+        button = page.locator(f"button[data-switch='{policy}']")
+        button.wait_for()
+        assert button.is_disabled(), "a read-only user is offered the switch"
+        # the server decides, not the page: a forced attempt gets the API's 403, shown as it is
+        button.evaluate("b => { b.disabled = false; b.click(); }")
+        error = page.locator("#policy-notice .error")
+        error.wait_for()
+        assert error.inner_text().startswith("403 ") and "read role" in error.inner_text()
+        page.screenshot(path=str(artifacts_dir / "policies-read-only.png"), full_page=True)
+        assert not errors, errors
+    finally:
+        context.close()
+    after = {p["name"]: p for p in _api(url, WRITE_TOKEN, "/api/v1/policies")["items"]}[policy]
+    assert (after["declared_mode"], after["mode"]) == (before["declared_mode"], before["mode"]) == ("Action", "action")
