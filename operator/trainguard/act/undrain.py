@@ -51,6 +51,10 @@ class UndrainRule:
     """The effective mode (Monitor when the cluster-wide switch is off)."""
 
 
+class NotOurs(Exception):
+    """An undo was asked for a node whose drain is not ours (or no longer ours): nothing was done."""
+
+
 RuleOf = Callable[[str], UndrainRule | None]
 """Policy name -> its undrain rule; None when no such policy exists any more (nothing is resumed)."""
 
@@ -125,6 +129,42 @@ class Undrainer:
             return await self._finish(row, actions.ActionStatus.FAILED, str(exc)[:1000])
         logger.info("resumed %s: drained by us for %s %.0f s ago (undrainAfter %.0f s)", node, drain.workload,
                     now - drain.updated_at, rule.after_s)
+        return await self._finish(row, actions.ActionStatus.DONE, "")
+
+    async def undo(self, node: str, *, by: str) -> actions.ActionRecord:
+        """A person's undo of our latest drain of ``node`` (the HTTP API), before ``undrainAfter``.
+
+        Only our own change is undone: our audit store must hold a done drain of the node, and a
+        fresh read must show it still drained with our reason (the adapter checks the tag again).
+        Raises ``NotOurs`` (nothing written, nothing touched) otherwise. The resume is the same
+        action row the time rule writes (``resume_node:<node>`` under the drain's generation), with
+        who asked for it, so it happens at most once per drain whoever asks.
+        """
+        drains = [d for d in await self._ledger.actions_by_operation([actions.Operation.DRAIN_NODE])
+                  if d.status is actions.ActionStatus.DONE and d.args.get("node") == node]
+        if not drains:
+            raise NotOurs(f"Trainguard did not drain {node}: nothing of ours to undo")
+        drain = drains[-1]
+        key = (drain.workload, drain.attempt, drain.generation)
+        existing = next((r for r in await self._ledger.actions_for(*key) if r.step == RESUME_STEP + node), None)
+        if existing is not None and existing.status is not actions.ActionStatus.INTENT:
+            raise NotOurs(f"our drain of {node} is already settled ({existing.status.value}"
+                          f"{': ' + existing.error if existing.error else ''})")
+        why_not = await self._not_ours(node)
+        if why_not:
+            raise NotOurs(why_not)
+        row = existing or await self._ledger.begin_action(actions.ActionRecord(
+            workload=drain.workload, attempt=drain.attempt, generation=drain.generation, step=RESUME_STEP + node,
+            operation=actions.Operation.RESUME_NODE, status=actions.ActionStatus.INTENT,
+            args={"node": node, "drained_at": drain.updated_at, "requested_by": by},
+            decided_by=vocab.Decider.OPERATOR,
+        ), at=self._clock.now())
+        try:
+            await self._scheduler.resume_node(node)
+        except Exception as exc:
+            logger.warning("undo of our drain of %s (asked by %s) failed: %s", node, by, exc)
+            return await self._finish(row, actions.ActionStatus.FAILED, str(exc)[:1000])
+        logger.info("resumed %s on request of %s: drained by us for %s", node, by, drain.workload)
         return await self._finish(row, actions.ActionStatus.DONE, "")
 
     async def _rule(self, key: _Key) -> UndrainRule | None:

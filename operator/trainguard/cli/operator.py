@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         liveness_endpoint=cfg.liveness,
         http_listen=cfg.http_listen,
         http_routes=tuple(console_web.routes()),
+        http_token_file=cfg.http_token_file,
         poll_s=cfg.poll,
         status_interval_s=cfg.status_interval,
         retention_s=cfg.retention,

@@ -1,6 +1,7 @@
 """Routes that serve the console's static files (``routes()``), added to ``trainguard.http``'s app.
 
-- ``/`` answers the console's single page (hash routing: ``#/workloads``, ``#/workload/ID`` ...).
+- ``/`` answers the console's single page (hash routing: ``#/workloads``, ``#/workload/ID`` ...);
+  with a token file and no token, ``http.auth`` sends it with status 401 and the page asks for one.
 - ``/console/<file>`` answers the page's stylesheet and ES modules, read from the package directory
   ``static/`` and never from a path the request names: only files listed when the routes are built
   are served, so ``..`` or a symlink cannot reach anything else.
@@ -8,7 +9,8 @@
 Security headers go on every answer: a Content-Security-Policy without inline scripts or styles and
 no third-party origin (``default-src 'self'``), no framing, no MIME sniffing, no referrer. The files
 are tiny, so they are held in memory once; ``Cache-Control: no-cache`` with an ETag lets a browser
-revalidate after an upgrade instead of running a stale module against a newer API.
+revalidate after an upgrade instead of running a stale module against a newer API. ``/console/``
+needs no token (``http.auth.CONSOLE_CODE``): it is code from the package, never data.
 """
 
 from __future__ import annotations
@@ -51,13 +53,15 @@ class Asset:
         self.content_type = _TYPES.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
         self.etag = '"' + hashlib.sha256(body).hexdigest()[:20] + '"'
 
-    def response(self, request: web.Request, *, status: int = 200) -> web.Response:
+    def response(self, request: web.Request, *, conditional: bool = True) -> web.Response:
+        """200 with the body, or 304 when ``conditional`` and the browser holds this version."""
         headers = dict(SECURITY_HEADERS)
-        headers["ETag"] = self.etag
-        if status == 200 and request.headers.get("If-None-Match") == self.etag:
-            return web.Response(status=304, headers=headers)
+        if conditional:
+            headers["ETag"] = self.etag
+            if request.headers.get("If-None-Match") == self.etag:
+                return web.Response(status=304, headers=headers)
         headers["Content-Type"] = self.content_type
-        return web.Response(body=self.body, status=status, headers=headers)
+        return web.Response(body=self.body, headers=headers)
 
 
 def load_assets() -> dict[str, Asset]:
@@ -82,7 +86,9 @@ def routes(assets: Mapping[str, Asset] | None = None) -> list[web.RouteDef]:
     page = files["index.html"]
 
     async def index(request: web.Request) -> web.Response:
-        return page.response(request)
+        # always the whole page: with a token file it goes out as the body of a 401 (http.auth),
+        # which a 304 cannot carry
+        return page.response(request, conditional=False)
 
     async def static(request: web.Request) -> web.Response:
         asset = files.get(request.match_info["name"])

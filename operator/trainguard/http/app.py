@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from aiohttp import web
@@ -77,9 +77,11 @@ async def _metrics(request: web.Request) -> web.Response:
 
 
 def build_app(health: health_mod.Health, *, routes: Iterable[web.AbstractRouteDef] = (),
-              registries: Iterable[CollectorRegistry] = ()) -> web.Application:
+              registries: Iterable[CollectorRegistry] = (),
+              setup: Callable[[web.Application], None] | None = None) -> web.Application:
     """The application: the probes and metrics of ``health``, plus ``routes`` and the metrics of
-    ``registries`` from later layers (console, API)."""
+    ``registries`` from later layers (console, API); ``setup`` mounts a layer that needs more than
+    routes (``http.api.mount``: middlewares, auth, the live stream)."""
     app = web.Application()
     app[HEALTH] = health
     app[REGISTRIES] = [health.metrics.registry, *registries]
@@ -87,6 +89,8 @@ def build_app(health: health_mod.Health, *, routes: Iterable[web.AbstractRouteDe
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
     app.router.add_routes(list(routes))
+    if setup is not None:
+        setup(app)
     return app
 
 
@@ -127,14 +131,15 @@ class Server:
 
 
 async def serve(health: health_mod.Health, listen: str, *, routes: Iterable[web.AbstractRouteDef] = (),
-                registries: Iterable[CollectorRegistry] = ()) -> Server | None:
+                registries: Iterable[CollectorRegistry] = (),
+                setup: Callable[[web.Application], None] | None = None) -> Server | None:
     """Start serving on ``listen`` (``HOST:PORT`` or ``off``) and log the bound address; None when off.
     ValueError on a malformed ``listen``; OSError when the address cannot be bound."""
     address = parse_listen(listen)
     if address is None:
         logger.info("HTTP endpoints off (--http-listen off)")
         return None
-    server = Server(build_app(health, routes=routes, registries=registries))
+    server = Server(build_app(health, routes=routes, registries=registries, setup=setup))
     await server.start(*address)
     logger.info("HTTP endpoints on %s (/healthz, /readyz, /metrics)", server.url)
     return server

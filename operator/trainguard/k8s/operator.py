@@ -49,6 +49,7 @@ from trainguard import health as health_mod
 from trainguard import settings as settings_mod
 from trainguard.act import ports as act_ports
 from trainguard.detect import catalog as catalog_mod
+from trainguard.http import api as http_api
 from trainguard.http import app as http_app
 from trainguard.k8s import api as api_mod
 from trainguard.k8s import events, lease, policies, recovery, slinky, status
@@ -91,6 +92,8 @@ class OperatorConfig:
     http_routes: tuple[web.RouteDef, ...] = ()
     """Further routes served on ``http_listen`` (the console's, passed by the CLI: the console is a
     sibling shell this module does not import)."""
+    http_token_file: Path | None = None
+    """Bearer tokens of the HTTP API (``http.auth``); without them the API is served on loopback only."""
     poll_s: float = settings_mod.EngineSettings.discovery_interval_s
     status_interval_s: float = 2.0
     """Seconds between two reconcile rounds of WorkloadRecovery objects (each round lists them once)."""
@@ -636,7 +639,9 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
     try:
         try:
             # First, so that the probes answer (liveness) while start-up waits for the API server.
-            server = await http_app.serve(shell.health, config.http_listen, routes=config.http_routes)
+            setup = http_api.mount(shell, shell.health, listen=config.http_listen, token_file=config.http_token_file,
+                                   allow_action=config.allow_action, operator=True)
+            server = await http_app.serve(shell.health, config.http_listen, setup=setup, routes=config.http_routes)
         except (ValueError, OSError) as exc:
             raise StartupError(f"cannot serve HTTP on {config.http_listen}: {exc}") from exc
         try:

@@ -194,6 +194,11 @@ class AuditStore:
         """``sqlite``, ``postgresql`` or ``mysql``."""
         return self._engine.dialect.name
 
+    @property
+    def sql_engine(self) -> AsyncEngine:
+        """The database engine, for the HTTP API's read-side queries (``store.queries``)."""
+        return self._engine
+
     async def close(self) -> None:
         await self._engine.dispose()
 
@@ -711,6 +716,27 @@ class AuditStore:
                       payload=payload, decided_by="detector")
 
         await self._transaction(work)
+
+    async def record_api_action(
+        self, *, workload: str, attempt: int | None, payload: dict[str, object], by: str, at: float,
+    ) -> AuditRecord:
+        """A change a person made through the HTTP API (mode switch, acknowledgement, undo): an
+        ``action`` record whose ``decided_by`` is ``api`` and whose payload names who (``by``)."""
+
+        async def work(session: AsyncSession) -> AuditRecord:
+            row = tables.AuditLogRow(
+                time=to_datetime(at), workload=workload, attempt=attempt, kind=vocab.AuditKind.ACTION.value,
+                payload={**payload, "by": by}, decided_by="api", policy_version=self.context.policy_version,
+                catalog_version=self.context.catalog_version, settings_fingerprint=self.context.settings_fingerprint,
+            )
+            session.add(row)
+            await session.flush()
+            return AuditRecord(id=row.id, time=to_datetime(at), workload=workload, attempt=attempt,
+                               kind=vocab.AuditKind.ACTION, payload=dict(row.payload), decided_by="api",
+                               policy_version=row.policy_version, catalog_version=row.catalog_version,
+                               settings_fingerprint=row.settings_fingerprint)
+
+        return await self._transaction(work)
 
     async def fired_patterns(
         self, *, since: datetime.datetime | None = None, workload: str | None = None

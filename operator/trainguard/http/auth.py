@@ -1,0 +1,228 @@
+"""Who may read and who may change: bearer tokens, roles, CSRF and the security headers.
+
+Rules (docs/api.md "Authentication"):
+
+- ``--http-token-file FILE``: one token per line, optionally followed by a space and a role, ``read``
+  (the default) or ``write``; blank lines and ``#`` comments are skipped. With a token file, every path
+  except ``/healthz`` and ``/readyz`` answers 401 without a valid ``Authorization: Bearer TOKEN``.
+- Without a token file the server must be bound to a loopback address (the default
+  ``127.0.0.1:8080``); every caller there is the local user with the write role. Binding elsewhere
+  without tokens is refused at start (``check_exposure``): an API that can switch a policy to Action
+  is not served to the network without authentication.
+- Mutating calls (POST) need the write role (else 403) and are CSRF-protected: they must carry the
+  header ``X-Trainguard-Request: 1`` and a JSON body, and an ``Origin`` header, when present, must be
+  the server's own. A browser sends a custom header cross-site only after a CORS preflight, which
+  this server never grants, so another site cannot make a logged-in browser switch a policy.
+- Every response carries the security headers (CSP ``default-src 'self'`` without inline scripts,
+  ``frame-ancestors 'none'``, nosniff, no referrer): the console loads nothing from elsewhere, which
+  also suits air-gapped clusters.
+
+A caller is named in the audit log by ``Principal.user``: ``token:`` plus the first 12 hex digits of
+the token's SHA-256 (the token itself is never written anywhere), or ``local``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import hashlib
+import hmac
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Final, Literal
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+Role = Literal["read", "write"]
+ROLES: Final = ("read", "write")
+OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
+"""Probes: the kubelet sends no token."""
+CONSOLE_CODE: Final = "/console/"
+"""The console's static code (``console/static/``: HTML, CSS, ES modules from the package, no data).
+A browser loads a page's modules without an ``Authorization`` header, so they are served to whoever
+reaches the port; everything they show comes from ``/api/v1``, which needs the token."""
+CONSOLE_PAGE: Final = "/"
+"""The console's page: without a token it still answers 401, with the page as the body, so that a
+browser renders it and the page asks for a token (kept in the tab, sent as a bearer)."""
+CSRF_HEADER: Final = "X-Trainguard-Request"
+MUTATING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+                               "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+
+
+class TokenFileError(ValueError):
+    """A token file that cannot be used; the message names the file and line (never the token)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Principal:
+    user: str
+    role: Role
+    auth: Literal["none", "token"]
+
+    @property
+    def can_write(self) -> bool:
+        return self.role == "write"
+
+
+LOCAL: Final = Principal(user="local", role="write", auth="none")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenBook:
+    """The tokens of a token file: SHA-256 digest -> principal (tokens are compared as digests)."""
+
+    entries: dict[bytes, Principal]
+
+    def lookup(self, token: str) -> Principal | None:
+        digest = hashlib.sha256(token.encode()).digest()
+        for known, principal in self.entries.items():
+            if hmac.compare_digest(known, digest):
+                return principal
+        return None
+
+
+def user_of(token: str) -> str:
+    return "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def parse_tokens(text: str, origin: str = "<tokens>") -> TokenBook:
+    entries: dict[bytes, Principal] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) > 2:
+            raise TokenFileError(f"{origin}:{number}: expected 'TOKEN' or 'TOKEN read|write'")
+        role = parts[1] if len(parts) == 2 else "read"
+        if role not in ROLES:
+            raise TokenFileError(f"{origin}:{number}: unknown role {role!r} (expected read or write)")
+        token = parts[0]
+        if len(token) < 16:
+            raise TokenFileError(f"{origin}:{number}: token too short (at least 16 characters)")
+        entries[hashlib.sha256(token.encode()).digest()] = Principal(
+            user=user_of(token), role="write" if role == "write" else "read", auth="token")
+    if not entries:
+        raise TokenFileError(f"{origin}: no tokens in the file")
+    return TokenBook(entries)
+
+
+def load_tokens(path: Path) -> TokenBook:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenFileError(f"--http-token-file: cannot read {path}: {exc}") from exc
+    return parse_tokens(text, str(path))
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and names that resolve only to loopback (``localhost``)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0])).is_loopback for info in infos)
+
+
+def check_exposure(host: str, tokens: TokenBook | None) -> None:
+    """Refuse to serve the API to the network without authentication (ValueError, one line)."""
+    if tokens is None and not is_loopback(host):
+        raise ValueError(f"refusing to serve the HTTP API on {host} without authentication: pass "
+                         "--http-token-file FILE (bearer tokens) or bind to 127.0.0.1")
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    return web.json_response({"error": message, "status": status}, status=status, headers=headers or None)
+
+
+_PRINCIPAL: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("trainguard_principal", default=None)
+"""The caller of the request being handled (set by the middleware; each request runs in its own task)."""
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def middleware(tokens: TokenBook | None) -> Middleware:
+    """Authentication, roles and CSRF for every path but the probes."""
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        if request.method in ("GET", "HEAD") and request.path.startswith(CONSOLE_CODE):
+            return await handler(request)
+        if tokens is None:
+            principal = LOCAL
+        else:
+            header = request.headers.get("Authorization", "")
+            scheme, _, value = header.partition(" ")
+            if scheme.lower() != "bearer" or not value.strip():
+                if request.method in ("GET", "HEAD") and request.path == CONSOLE_PAGE:
+                    return await _console_page(request, handler)
+                return _error(401, "authentication required: send 'Authorization: Bearer TOKEN'",
+                              **{"WWW-Authenticate": 'Bearer realm="trainguard"'})
+            found = tokens.lookup(value.strip())
+            if found is None:
+                return _error(401, "invalid bearer token", **{"WWW-Authenticate": 'Bearer error="invalid_token"'})
+            principal = found
+        if request.method in MUTATING:
+            if not principal.can_write:
+                return _error(403, f"{principal.user} has the read role; this call needs the write role")
+            problem = csrf_problem(request)
+            if problem:
+                return _error(403, problem)
+        _PRINCIPAL.set(principal)
+        return await handler(request)
+
+    return authenticate
+
+
+async def _console_page(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The console's page with status 401 (see ``CONSOLE_PAGE``); anything else ``/`` might answer
+    (no console mounted) is replaced by the plain 401."""
+    response = await handler(request)
+    if isinstance(response, web.Response) and response.status == 200 and response.content_type == "text/html":
+        response.set_status(401)
+        response.headers["WWW-Authenticate"] = 'Bearer realm="trainguard"'
+        return response
+    return _error(401, "authentication required: send 'Authorization: Bearer TOKEN'",
+                  **{"WWW-Authenticate": 'Bearer realm="trainguard"'})
+
+
+def csrf_problem(request: web.Request) -> str:
+    """Why a mutating request fails the CSRF check, or "" when it passes."""
+    if request.headers.get(CSRF_HEADER) != "1":
+        return f"missing CSRF header: mutating calls must send '{CSRF_HEADER}: 1'"
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        return f"cross-origin request refused (Origin {origin!r})"
+    if request.body_exists and request.content_type != "application/json":
+        return "mutating calls take a JSON body (Content-Type: application/json)"
+    return ""
+
+
+async def security_headers(_: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: the security headers on every response, errors and streams included."""
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+
+
+def principal_of(_: web.Request) -> Principal:
+    """The caller of the request being handled (read-only anonymous if the middleware did not run)."""
+    return _PRINCIPAL.get() or Principal(user="anonymous", role="read", auth="none")

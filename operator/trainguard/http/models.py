@@ -1,0 +1,201 @@
+"""The shapes of ``/api/v1``: one pydantic source for the responses and the OpenAPI document.
+
+Every handler in ``http/api.py`` builds its answer from these models, and ``http/openapi.py``
+puts their ``model_json_schema`` into the document's components, so the document cannot drift
+from what is served (a test validates real responses against it).
+
+``/api/v1/workloads`` and ``/api/v1/audit`` are contracts checked from outside: an object with
+``items`` and ``next`` (an opaque cursor, or null on the last page). Audit items carry exactly the
+fields ``trainguard audit --format json`` prints (``store.audit.AuditRecord.to_json``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ModeName = Literal["monitor", "action", "unknown"]
+"""A workload's or policy's effective mode in the API (lower case, like ``--mode``)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Error(_Model):
+    """Every 4xx/5xx answer of the API: one clear sentence."""
+
+    error: str
+    status: int
+
+
+class WorkloadItem(_Model):
+    """One row of the workloads table."""
+
+    workload: str
+    state: str
+    attempt: int = Field(description="the latest attempt recorded (0 before any)")
+    policy: str
+    mode: ModeName
+    scheduler: str
+    job_id: str
+    first_seen: str
+    last_seen: str
+    anomalies: int = Field(description="anomalies recorded for the workload, all attempts")
+    opt_in_errors: list[str]
+
+
+class WorkloadPage(_Model):
+    items: list[WorkloadItem]
+    next: str | None = Field(description="opaque cursor of the next page; null on the last page")
+
+
+class AuditItem(_Model):
+    """Exactly the fields of ``trainguard audit --format json``."""
+
+    id: int
+    time: str = Field(description="UTC ISO 8601 with microseconds")
+    workload: str
+    attempt: int | None
+    kind: Literal["anomaly", "verdict", "advice", "action", "outcome", "watchdog"]
+    payload: dict[str, Any]
+    decided_by: str
+    policy_version: str
+    catalog_version: str
+    settings_fingerprint: str
+
+
+class AuditPage(_Model):
+    items: list[AuditItem]
+    next: str | None = Field(description="opaque cursor of the next page; null on the last page")
+
+
+class Evidence(_Model):
+    """One log line behind an anomaly, with the catalog pattern it matched."""
+
+    line: int | None = None
+    text: str = ""
+    pattern: str = ""
+
+
+class TimelineStep(_Model):
+    """One audit record of an attempt, in the order the loop wrote them."""
+
+    id: int
+    time: str
+    kind: str
+    decided_by: str
+    summary: str
+    since_previous_s: float | None = Field(description="seconds since the previous step of the attempt")
+    evidence: list[Evidence]
+    suspect_nodes: list[str]
+    suspect_ranks: list[int]
+    payload: dict[str, Any]
+
+
+class AttemptView(_Model):
+    attempt: int
+    state: str
+    started_at: str | None
+    ended_at: str | None
+    nodes: list[str]
+    checkpoint_saved: bool
+    timeline: list[TimelineStep]
+    time_lost_s: float | None = Field(description="from the first anomaly to the attempt's end (or now)")
+
+
+class WorkloadDetail(_Model):
+    workload: WorkloadItem
+    comment: str
+    attempts: list[AttemptView]
+    timeline_truncated: bool = Field(description="true when older records were left out (see /api/v1/audit)")
+
+
+class PolicyItem(_Model):
+    name: str
+    declared_mode: Literal["Monitor", "Action"]
+    mode: ModeName = Field(description="effective: Monitor when the cluster-wide Action switch is off")
+    mode_switched_by: str | None = Field(description="who switched the mode through the API, if anyone")
+    covered_workloads: int
+    status: str
+    spec: dict[str, Any]
+
+
+class PolicyList(_Model):
+    items: list[PolicyItem]
+    action_switch: bool = Field(description="the cluster-wide Action switch (--mode action)")
+
+
+class NodeIncident(_Model):
+    workload: str
+    attempt: int
+    category: str
+    at: str
+
+
+class NodeAction(_Model):
+    """A change we made to a node (drain, resume) as our audit store records it."""
+
+    workload: str
+    attempt: int
+    generation: int
+    step: str
+    operation: str
+    status: str
+    at: str
+    error: str
+    undoable: bool = Field(description="our drain, done, not yet resumed: POST /api/v1/nodes/{node}/undo-drain")
+
+
+class NodeItem(_Model):
+    node: str
+    incidents: list[NodeIncident]
+    actions: list[NodeAction]
+
+
+class NodeList(_Model):
+    items: list[NodeItem]
+    since: str
+
+
+class EngineHealth(_Model):
+    alive: bool
+    ready: bool
+    reasons: list[str]
+    loop_lag_s: float
+    heartbeat_age_s: float | None
+    scheduler: dict[str, Any]
+    store: dict[str, Any]
+    standby: str | None
+    leader: bool | None = Field(description="true when this process runs the engine; null when unknown")
+    engine_running: bool
+    tracked_workloads: int
+
+
+class ModeChange(_Model):
+    mode: Literal["Monitor", "Action", "monitor", "action"]
+
+
+class Acknowledge(_Model):
+    note: str = Field("", max_length=1000)
+
+
+class MutationResult(_Model):
+    ok: bool
+    message: str
+    audit: AuditItem | None = None
+
+
+class WhoAmI(_Model):
+    user: str
+    role: Literal["read", "write"]
+    auth: Literal["none", "token"]
+
+
+MODELS: tuple[type[BaseModel], ...] = (
+    Error, WorkloadItem, WorkloadPage, AuditItem, AuditPage, Evidence, TimelineStep, AttemptView, WorkloadDetail,
+    PolicyItem, PolicyList, NodeIncident, NodeAction, NodeItem, NodeList, EngineHealth, ModeChange, Acknowledge,
+    MutationResult, WhoAmI,
+)
+"""Every model the document's components hold."""

@@ -1,0 +1,30 @@
+"""The HTTP API suite runs against SQLite (a file in tmp_path) and the local PostgreSQL
+(``postgres_url``, tests/support/postgres.py; a database of its own per test)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import postgres
+
+BACKENDS = [
+    pytest.param("sqlite", marks=[pytest.mark.integration], id="sqlite"),
+    pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres], id="postgres"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'state' / 'audit.db'}"
+        return
+    with postgres.scratch_database(request.getfixturevalue("postgres_url"), "tg_api") as url:
+        yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite+aiosqlite:///{tmp_path / 'state' / 'audit.db'}"
