@@ -19,8 +19,9 @@ the session's artifacts directory (``tests/support/browser.py``).
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,18 @@ def _api(url: str, token: str, path: str) -> Any:
     request = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.load(response)
+
+
+def _wait_api(url: str, path: str, predicate: Callable[[Any], bool], *, what: str, timeout: float = 90.0) -> Any:
+    """Read ``path`` (write token) until ``predicate`` holds on its JSON; fail with the last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        data = _api(url, WRITE_TOKEN, path)
+        if predicate(data):
+            return data
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{path}: not {what} within {timeout:.0f} s: {json.dumps(data)[:2000]}")
+        time.sleep(0.5)
 
 
 def _login(context: Any, url: str, token: str, errors: list[str]) -> Any:
@@ -118,6 +131,10 @@ def test_failing_job_live_timeline_and_audit(runner: tuple[harness.Trainguard, s
         harness.wait_audit(tg, job_id, lambda rs: bool(harness.of_kind(rs, "outcome", 0)), timeout=60,
                            what="outcome of attempt 0")
         bad_node = job["ExcNodeList"]
+        # The engine records an attempt's end when it next reads the scheduler, and the live stream
+        # carries audit records only: wait until the API knows the completion, then open the page.
+        _wait_api(url, "/api/v1/workloads/" + workload, lambda d: any(
+            a["attempt"] == 1 and a["state"] == "COMPLETED" for a in d["attempts"]), what="attempt 1 COMPLETED")
 
         page.goto(url + "/#/workload/" + workload)
         first = page.locator("section.attempt[data-attempt='0'] svg.timeline")
@@ -146,6 +163,10 @@ def test_failing_job_live_timeline_and_audit(runner: tuple[harness.Trainguard, s
         page.locator(f"li[data-policy='{policy}'] .badge.mode-action").wait_for(timeout=UI_TIMEOUT_MS)
         page.screenshot(path=str(artifacts_dir / "overview.png"), full_page=True)
         assert not errors, errors
+    except BaseException:
+        for page in context.pages:
+            page.screenshot(path=str(artifacts_dir / "failure.png"), full_page=True)
+        raise
     finally:
         context.close()
         if job_id:

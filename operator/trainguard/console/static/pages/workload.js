@@ -16,9 +16,9 @@ const LANES = [
 ];
 const W = 960;
 const LEFT = 92;
-const RIGHT = 24;
+const RIGHT = 40;
 const TOP = 34;
-const LANE_H = 30;
+const LANE_H = 34;
 
 /** A short label for one step of the timeline (the API's summary is the full text). */
 export function stepLabel(step) {
@@ -35,95 +35,102 @@ export function stepLabel(step) {
 }
 
 function timelineSvg(attempt) {
-  const steps = list(attempt.timeline);
-  const times = steps.map((st) => parseTime(st.time)).filter((t) => t !== null);
+  // Two scales in one picture. The band on top is proportional to wall time: the attempt's run,
+  // with the time lost (first anomaly -> end of the attempt) shaded. The lanes below place the
+  // decision steps one after the other at equal distances, because they usually happen within a
+  // second at the very end of a long run, and write on each link how long that step took.
+  const steps = list(attempt.timeline).filter((st) => parseTime(st.time) !== null);
+  const times = steps.map((st) => parseTime(st.time));
   const started = parseTime(attempt.started_at);
   const ended = parseTime(attempt.ended_at);
-  let t0 = Math.min(...[started, ...times].filter((t) => t !== null));
+  const t0 = Math.min(...[started, ...times].filter((t) => t !== null));
   let t1 = Math.max(...[ended, ...times].filter((t) => t !== null));
-  if (!Number.isFinite(t0)) { t0 = Date.now(); t1 = t0 + 1000; }
-  if (t1 - t0 < 1000) t1 = t0 + 1000;
-  const height = TOP + LANE_H * LANES.length + 26;
-  const x = (t) => LEFT + ((t - t0) / (t1 - t0)) * (W - LEFT - RIGHT);
-  const laneY = (kind) => TOP + LANE_H * Math.max(0, LANES.findIndex(([k]) => k === kind)) + LANE_H / 2;
+  if (t1 - t0 < 1) t1 = t0 + 1;
+  const bandTop = 8;
+  const lanesTop = TOP + 18;
+  const axisY = lanesTop + LANE_H * LANES.length;
+  const height = axisY + 34;
+  const span = W - LEFT - RIGHT;
+  const tx = (t) => LEFT + ((t - t0) / (t1 - t0)) * span;
+  const step = steps.length > 1 ? span / (steps.length - 1 + 0.8) : 0;
+  const sx = (i) => LEFT + 12 + i * step;
+  const laneY = (kind) => lanesTop + LANE_H * Math.max(0, LANES.findIndex(([k]) => k === kind)) + LANE_H / 2;
   const svg = s("svg", { class: "timeline", viewBox: `0 0 ${W} ${height}`, role: "img",
     "aria-label": `timeline of attempt ${attempt.attempt}`, "data-attempt": attempt.attempt });
 
-  // lanes
-  LANES.forEach(([kind, label], i) => {
-    const y = TOP + LANE_H * i;
-    svg.append(s("rect", { x: 0, y, width: W, height: LANE_H, class: i % 2 ? "lane odd" : "lane" }),
-      s("text", { x: 8, y: y + LANE_H / 2 + 4, class: "lane-label" }, label));
-  });
-  // the attempt's run (start -> end) and the time lost
-  const barY = 10;
+  // the band: the run in wall time, and the time lost
+  svg.append(s("text", { x: 8, y: bandTop + 11, class: "lane-label" }, "run"));
   if (started !== null) {
-    svg.append(s("rect", { x: x(started), y: barY, width: Math.max(2, x(ended ?? t1) - x(started)), height: 10,
+    const end = ended ?? t1;
+    svg.append(s("rect", { x: tx(started), y: bandTop, width: Math.max(2, tx(end) - tx(started)), height: 14,
       class: `run state-${String(attempt.state).toLowerCase()}` },
     s("title", {}, `attempt ${attempt.attempt}: ${fmtTime(started)} → ${ended ? fmtTime(ended) : "running"} (${attempt.state})`)));
+    svg.append(s("text", { x: tx(started) + 4, y: bandTop + 26, class: "tick" }, `ran ${fmtDur(end - started)}`));
   }
   const firstAnomaly = steps.find((st) => st.kind === "anomaly");
   if (firstAnomaly && attempt.time_lost_s !== null && attempt.time_lost_s !== undefined) {
     const a = parseTime(firstAnomaly.time);
-    const b = a + attempt.time_lost_s * 1000;
-    svg.append(s("rect", { x: x(a), y: TOP, width: Math.max(2, x(Math.min(b, t1)) - x(a)), height: LANE_H * LANES.length,
-      class: "lost" }, s("title", {}, `time lost: ${fmtDur(attempt.time_lost_s * 1000)}`)));
-    svg.append(s("text", { x: x(a) + 4, y: barY + 20, class: "lost-label" }, `time lost ${fmtDur(attempt.time_lost_s * 1000)}`));
+    const b = Math.min(a + attempt.time_lost_s * 1000, t1);
+    const lost = `time lost ${fmtDur(attempt.time_lost_s * 1000)}`;
+    svg.append(s("rect", { x: tx(a), y: bandTop - 3, width: Math.max(3, tx(b) - tx(a)), height: 20, class: "lost" },
+      s("title", {}, `${lost}: first anomaly ${fmtTime(a)} → end of the attempt`)));
+    svg.append(s("text", { x: Math.min(tx(a), W - RIGHT), y: bandTop + 26, class: "lost-label", "text-anchor": "end" }, lost));
   }
-  // axis
-  const axisY = TOP + LANE_H * LANES.length;
+  // the lanes
+  LANES.forEach(([, label], i) => {
+    const y = lanesTop + LANE_H * i;
+    svg.append(s("rect", { x: 0, y, width: W, height: LANE_H, class: i % 2 ? "lane odd" : "lane" }),
+      s("text", { x: 8, y: y + LANE_H / 2 + 4, class: "lane-label" }, label));
+  });
   svg.append(s("line", { x1: LEFT, x2: W - RIGHT, y1: axisY, y2: axisY, class: "axis" }));
-  for (let i = 0; i <= 4; i++) {
-    const t = t0 + ((t1 - t0) * i) / 4;
-    svg.append(s("line", { x1: x(t), x2: x(t), y1: axisY, y2: axisY + 4, class: "axis" }),
-      s("text", { x: x(t), y: axisY + 16, class: "tick", "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" },
-        `+${fmtDur(t - t0)}`));
+  // the links between steps, each with the time it took
+  for (let i = 1; i < steps.length; i++) {
+    const ya = laneY(steps[i - 1].kind);
+    const yb = laneY(steps[i].kind);
+    svg.append(s("line", { x1: sx(i - 1), y1: ya, x2: sx(i), y2: yb, class: "flow" }));
+    svg.append(s("text", { x: (sx(i - 1) + sx(i)) / 2, y: axisY + 26, class: "dur", "text-anchor": "middle" },
+      `+${fmtDur(times[i] - times[i - 1])}`));
   }
-  // the path from one step to the next, with how long it took
-  const points = steps.map((st) => ({ st, t: parseTime(st.time) })).filter((p) => p.t !== null);
-  for (let i = 1; i < points.length; i++) {
-    const a = points[i - 1];
-    const b = points[i];
-    const xa = x(a.t);
-    const xb = x(b.t);
-    svg.append(s("line", { x1: xa, y1: laneY(a.st.kind), x2: xb, y2: laneY(b.st.kind), class: "flow" }));
-    if (xb - xa > 44) {
-      svg.append(s("text", { x: (xa + xb) / 2, y: (laneY(a.st.kind) + laneY(b.st.kind)) / 2 - 4, class: "dur",
-        "text-anchor": "middle" }, fmtDur(b.t - a.t)));
-    }
-  }
-  // one mark per step
-  points.forEach(({ st, t }, i) => {
-    const cx = x(t);
+  // one mark per step, its label above or below (alternating, so neighbours do not collide)
+  steps.forEach((st, i) => {
+    const cx = sx(i);
     const cy = laneY(st.kind);
     const label = stepLabel(st);
     const status = st.payload && st.payload.status ? ` status-${st.payload.status}` : "";
-    const g = s("g", { class: `step kind-${st.kind}${status}`, "data-kind": st.kind, "data-label": label,
+    svg.append(s("g", { class: `step kind-${st.kind}${status}`, "data-kind": st.kind, "data-label": label,
       "data-operation": (st.payload && st.payload.operation) || "" },
-    s("title", {}, `${fmtTime(t)} · ${st.kind} by ${st.decided_by}\n${st.summary}`),
+    s("title", {}, `${fmtTime(times[i])} · ${st.kind} by ${st.decided_by}\n${st.summary}`),
+    s("line", { x1: cx, x2: cx, y1: cy, y2: axisY, class: "drop" }),
     s("circle", { cx, cy, r: 6 }),
-    s("text", { x: cx + 9, y: cy + (i % 2 ? 11 : -3), class: "step-label" }, label));
-    svg.append(g);
+    s("text", { x: cx, y: cy + (i % 2 ? 17 : -9), class: "step-label", "text-anchor": "middle" }, label),
+    s("text", { x: cx, y: axisY + 12, class: "tick", "text-anchor": "middle" }, fmtClock(times[i]))));
   });
   return svg;
 }
 
+/** hh:mm:ss.mmm (UTC), for the marks' axis. */
+function fmtClock(t) {
+  return fmtTime(t).slice(11, 23);
+}
+
 function evidenceBlock(steps) {
-  const rows = [];
+  const lines = new Map(); // one row per log line, every catalog pattern it matched as a chip
   for (const st of steps) {
     for (const ev of list(st.evidence)) {
-      rows.push(h("li", { class: "evidence-line" },
-        h("span", { class: "line-no mono" }, ev.line ?? "·"),
-        h("mark", { class: "mono" }, ev.text),
-        ev.pattern ? h("span", { class: "pattern" }, ev.pattern) : null));
+      const key = `${ev.line}\u0000${ev.text}`;
+      if (!lines.has(key)) lines.set(key, { line: ev.line, text: ev.text, patterns: [] });
+      if (ev.pattern && !lines.get(key).patterns.includes(ev.pattern)) lines.get(key).patterns.push(ev.pattern);
     }
   }
-  if (!rows.length) return null;
+  if (!lines.size) return null;
   const suspects = [...new Set(steps.flatMap((st) => list(st.suspect_nodes)))];
   const ranks = [...new Set(steps.flatMap((st) => list(st.suspect_ranks)))];
   return h("div", { class: "evidence" }, h("h4", {}, "Evidence"),
     h("p", { class: "muted" }, `suspect nodes: ${joined(suspects)} · suspect ranks: ${joined(ranks)}`),
-    h("ol", {}, rows));
+    h("ol", {}, [...lines.values()].map((ev) => h("li", { class: "evidence-line" },
+      h("span", { class: "line-no mono" }, ev.line ?? "·"),
+      h("mark", { class: "mono" }, ev.text),
+      ev.patterns.map((p) => h("span", { class: "pattern" }, p))))));
 }
 
 function stepsTable(steps) {
@@ -135,13 +142,24 @@ function stepsTable(steps) {
       h("td", {}, st.kind), h("td", {}, st.decided_by), h("td", {}, st.summary)))));
 }
 
+/** An attempt followed by another has ended at the latest when the next one started, even if its own
+ * end was never recorded: the picture and the time lost stop there instead of running on to now. */
+function bounded(attempt, next) {
+  const nextStart = next ? parseTime(next.started_at) : null;
+  if (nextStart === null || (attempt.ended_at && parseTime(attempt.ended_at) <= nextStart)) return attempt;
+  const out = { ...attempt, ended_at: next.started_at };
+  const first = list(attempt.timeline).find((st) => st.kind === "anomaly");
+  if (first && parseTime(first.time) !== null) out.time_lost_s = Math.max(0, (nextStart - parseTime(first.time)) / 1000);
+  return out;
+}
+
 function attemptSection(attempt) {
   const steps = list(attempt.timeline);
   return h("section", { class: "attempt", "data-attempt": attempt.attempt },
     h("h3", {}, `Attempt ${attempt.attempt} `, stateBadge(attempt.state),
       h("span", { class: "muted" }, ` ${fmtTime(attempt.started_at)} → ${attempt.ended_at ? fmtTime(attempt.ended_at) : "…"}` +
         ` · nodes ${joined(attempt.nodes)}` + (attempt.checkpoint_saved ? " · checkpoint saved" : ""))),
-    steps.length ? timelineSvg(attempt) : h("p", { class: "muted" }, "Nothing recorded for this attempt: healthy so far."),
+    steps.length ? timelineSvg(attempt) : h("p", { class: "muted" }, "No anomaly and no decision recorded for this attempt."),
     steps.length ? stepsTable(steps) : null,
     evidenceBlock(steps));
 }
@@ -164,12 +182,13 @@ export async function mount(root, route, { onLive }) {
       clear(body,
         h("h1", { class: "mono" }, w.workload),
         h("p", { class: "meta" }, stateBadge(w.state), " ", modeBadge(w.mode), " policy ", h("strong", {}, w.policy || "—"),
-          " · ", jobLink(w), ` · first seen ${fmtTime(w.first_seen)} · ${w.anomalies} anomalies`),
+          " · ", jobLink(w), ` · first seen ${fmtTime(w.first_seen)} · ${w.anomalies} ${w.anomalies === 1 ? "anomaly" : "anomalies"}`),
         detail.comment ? h("p", { class: "muted" }, "comment: ", h("code", {}, detail.comment)) : null,
         list(w.opt_in_errors).length ? h("div", { class: "error" }, `opt-in: ${w.opt_in_errors.join("; ")}`) : null,
         detail.timeline_truncated ? h("p", { class: "muted" }, "Older records are left out here: ",
           h("a", { href: `#/audit?workload=${encodeURIComponent(id)}` }, "see the audit search")) : null,
-        list(detail.attempts).slice().reverse().map(attemptSection),
+        list(detail.attempts).slice().sort((a, b) => a.attempt - b.attempt)
+          .map((a, i, all) => bounded(a, all[i + 1])).reverse().map(attemptSection),
         h("p", {}, h("a", { href: `#/audit?workload=${encodeURIComponent(id)}` }, "Audit records of this workload")));
     } catch (err) {
       clear(body, h("h1", { class: "mono" }, id), errorBox(err));
