@@ -649,8 +649,8 @@ async def events(request: web.Request) -> web.StreamResponse:
             if record.id <= skip or (workload is not None and record.workload != workload):
                 continue
             await response.write(_event(record))
-    except (ConnectionResetError, asyncio.CancelledError):
-        pass
+    except ConnectionResetError:
+        pass  # the client went away
     finally:
         state.hub.unsubscribe(sub)
     return response
@@ -710,20 +710,21 @@ ROUTES: Final = (
 )
 
 
-def install(app: web.Application, state: State, tokens: auth.TokenBook | None) -> None:
+def install(app: web.Application, state: State, tokens: auth.TokenBook | None,
+            reviewer: auth.Reviewer | None = None) -> None:
     """Mount ``/api/v1`` with authentication, roles, CSRF and the security headers on ``app``
     (the probes stay open; ``/metrics`` and the console are behind the same tokens)."""
     app[STATE] = state
-    app.middlewares.append(auth.middleware(tokens))
+    app.middlewares.append(auth.middleware(tokens, reviewer))
     app.middlewares.append(errors)
     app.on_response_prepare.append(auth.security_headers)
     for method, path, handler in ROUTES:
         app.router.add_route(method, PREFIX + path, handler)
 
     async def close_hub(_: web.Application) -> None:
-        await state.hub.close()
+        await state.hub.close()  # ends every open stream, so shutdown does not wait for them
 
-    app.on_cleanup.append(close_hub)
+    app.on_shutdown.append(close_hub)
 
 
 @dataclasses.dataclass
@@ -738,27 +739,24 @@ Setup = Callable[[web.Application], None]
 
 
 def mount(backend: Backend, health: health_mod.Health, *, listen: str, token_file: Path | None,
-          allow_action: bool, operator: bool) -> Setup:
-    """What ``http.app.serve`` calls on its application: the API behind the tokens of ``token_file``.
+          allow_action: bool, operator: bool, reviewer: auth.Reviewer | None = None) -> Setup:
+    """What ``http.app.serve`` calls on its application: the API behind the tokens of ``token_file``
+    and, in the operator, Kubernetes' review of any other bearer token (``reviewer``).
 
-    Raises ValueError (one line) for an unreadable token file, and, standalone, for a non-loopback
-    ``listen`` without tokens. In the operator (a pod listens on ``0.0.0.0`` for its probes) the API is
-    then left out, with one warning, and only the probes and ``/metrics`` are served: Kubernetes
-    TokenReview is not implemented yet.
+    Without a token file on loopback no authentication is asked for (the contract's default). Off
+    loopback without a token file, the operator authenticates every caller with ``reviewer``;
+    ``trainguard run`` (no reviewer) refuses to start: ValueError, one line, as for an unreadable
+    token file.
     """
     tokens = auth.load_tokens(token_file) if token_file is not None else None
     address = http_app.parse_listen(listen)
-    exposed = address is not None and tokens is None and not auth.is_loopback(address[0])
-    if exposed and not operator:
-        auth.check_exposure(address[0] if address else "", tokens)
+    loopback = address is None or auth.is_loopback(address[0])
+    active = reviewer if operator and (tokens is not None or not loopback) else None
+    if address is not None:
+        auth.check_exposure(address[0], tokens, active)
     state = State(backend, health, allow_action=allow_action, policies_editable=not operator)
 
     def setup(app: web.Application) -> None:
-        if exposed:
-            logger.warning("HTTP API and console not served on %s: no --http-token-file (only /healthz, /readyz "
-                           "and /metrics are)", listen)
-            app.on_response_prepare.append(auth.security_headers)
-            return
-        install(app, state, tokens)
+        install(app, state, tokens, active)
 
     return setup

@@ -62,6 +62,20 @@ SECURITY_HEADERS: Final = {
 }
 
 
+class Forbidden(Exception):
+    """An authenticated caller without even the read role (a 403 with this message)."""
+
+
+class ReviewUnavailable(Exception):
+    """The token cannot be verified right now (the Kubernetes API does not answer): a 503."""
+
+
+Reviewer = Callable[[str], Awaitable["Principal | None"]]
+"""An external check of a bearer token: its principal, None for an unknown token; may raise
+``Forbidden`` or ``ReviewUnavailable``. The operator's is Kubernetes TokenReview +
+SubjectAccessReview (``k8s/review.py``)."""
+
+
 class TokenFileError(ValueError):
     """A token file that cannot be used; the message names the file and line (never the token)."""
 
@@ -70,7 +84,7 @@ class TokenFileError(ValueError):
 class Principal:
     user: str
     role: Role
-    auth: Literal["none", "token"]
+    auth: Literal["none", "token", "kubernetes"]
 
     @property
     def can_write(self) -> bool:
@@ -141,9 +155,9 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(str(info[4][0])).is_loopback for info in infos)
 
 
-def check_exposure(host: str, tokens: TokenBook | None) -> None:
+def check_exposure(host: str, tokens: TokenBook | None, reviewer: Reviewer | None = None) -> None:
     """Refuse to serve the API to the network without authentication (ValueError, one line)."""
-    if tokens is None and not is_loopback(host):
+    if tokens is None and reviewer is None and not is_loopback(host):
         raise ValueError(f"refusing to serve the HTTP API on {host} without authentication: pass "
                          "--http-token-file FILE (bearer tokens) or bind to 127.0.0.1")
 
@@ -158,8 +172,9 @@ _PRINCIPAL: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("t
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def middleware(tokens: TokenBook | None) -> Middleware:
-    """Authentication, roles and CSRF for every path but the probes."""
+def middleware(tokens: TokenBook | None, reviewer: Reviewer | None = None) -> Middleware:
+    """Authentication, roles and CSRF for every path but the probes. A bearer token is looked up in
+    the token file first, then (in the operator) reviewed by ``reviewer``."""
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -167,7 +182,7 @@ def middleware(tokens: TokenBook | None) -> Middleware:
             return await handler(request)
         if request.method in ("GET", "HEAD") and request.path.startswith(CONSOLE_CODE):
             return await handler(request)
-        if tokens is None:
+        if tokens is None and reviewer is None:
             principal = LOCAL
         else:
             header = request.headers.get("Authorization", "")
@@ -177,7 +192,14 @@ def middleware(tokens: TokenBook | None) -> Middleware:
                     return await _console_page(request, handler)
                 return _error(401, "authentication required: send 'Authorization: Bearer TOKEN'",
                               **{"WWW-Authenticate": 'Bearer realm="trainguard"'})
-            found = tokens.lookup(value.strip())
+            found = tokens.lookup(value.strip()) if tokens is not None else None
+            if found is None and reviewer is not None:
+                try:
+                    found = await reviewer(value.strip())
+                except Forbidden as exc:
+                    return _error(403, str(exc))
+                except ReviewUnavailable as exc:
+                    return _error(503, f"cannot verify the token now: {exc}")
             if found is None:
                 return _error(401, "invalid bearer token", **{"WWW-Authenticate": 'Bearer error="invalid_token"'})
             principal = found
@@ -196,7 +218,10 @@ def middleware(tokens: TokenBook | None) -> Middleware:
 async def _console_page(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The console's page with status 401 (see ``CONSOLE_PAGE``); anything else ``/`` might answer
     (no console mounted) is replaced by the plain 401."""
-    response = await handler(request)
+    try:
+        response: web.StreamResponse | None = await handler(request)
+    except web.HTTPException:
+        response = None
     if isinstance(response, web.Response) and response.status == 200 and response.content_type == "text/html":
         response.set_status(401)
         response.headers["WWW-Authenticate"] = 'Bearer realm="trainguard"'

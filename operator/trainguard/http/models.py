@@ -190,7 +190,7 @@ class MutationResult(_Model):
 class WhoAmI(_Model):
     user: str
     role: Literal["read", "write"]
-    auth: Literal["none", "token"]
+    auth: Literal["none", "token", "kubernetes"]
 
 
 MODELS: tuple[type[BaseModel], ...] = (

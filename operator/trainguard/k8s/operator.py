@@ -52,7 +52,7 @@ from trainguard.detect import catalog as catalog_mod
 from trainguard.http import api as http_api
 from trainguard.http import app as http_app
 from trainguard.k8s import api as api_mod
-from trainguard.k8s import events, lease, policies, recovery, slinky, status
+from trainguard.k8s import events, lease, policies, recovery, review, slinky, status
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
@@ -93,7 +93,8 @@ class OperatorConfig:
     """Further routes served on ``http_listen`` (the console's, passed by the CLI: the console is a
     sibling shell this module does not import)."""
     http_token_file: Path | None = None
-    """Bearer tokens of the HTTP API (``http.auth``); without them the API is served on loopback only."""
+    """Bearer tokens of the HTTP API (``http.auth``); other tokens are reviewed by Kubernetes
+    (``k8s/review.py``: TokenReview + SubjectAccessReview on our CRDs)."""
     poll_s: float = settings_mod.EngineSettings.discovery_interval_s
     status_interval_s: float = 2.0
     """Seconds between two reconcile rounds of WorkloadRecovery objects (each round lists them once)."""
@@ -639,8 +640,9 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
     try:
         try:
             # First, so that the probes answer (liveness) while start-up waits for the API server.
+            reviewer = review.KubeReviewer(lambda: shell.api, config.workload_namespace)
             setup = http_api.mount(shell, shell.health, listen=config.http_listen, token_file=config.http_token_file,
-                                   allow_action=config.allow_action, operator=True)
+                                   allow_action=config.allow_action, operator=True, reviewer=reviewer)
             server = await http_app.serve(shell.health, config.http_listen, setup=setup, routes=config.http_routes)
         except (ValueError, OSError) as exc:
             raise StartupError(f"cannot serve HTTP on {config.http_listen}: {exc}") from exc

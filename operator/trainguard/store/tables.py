@@ -82,6 +82,12 @@ class Workload(Base):
     """A tracked (opted-in) workload."""
 
     __tablename__ = "workloads"
+    __table_args__ = (
+        # The HTTP API's keyset pages (store.queries): sorted by (last_seen, id) or (first_seen, id).
+        sa.Index("ix_workloads_last_seen_id", "last_seen", "id"),
+        sa.Index("ix_workloads_first_seen_id", "first_seen", "id"),
+        sa.Index("ix_workloads_state", "state"),
+    )
 
     id: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN), primary_key=True)
     scheduler: orm.Mapped[str] = orm.mapped_column(sa.String(64), default="")
@@ -165,7 +171,8 @@ class ActionRow(Base):
     """One named step of one advice generation: intent first, then its result."""
 
     __tablename__ = "actions"
-    __table_args__ = (sa.UniqueConstraint("workload", "attempt", "generation", "step", name="uq_actions_key"),)
+    __table_args__ = (sa.UniqueConstraint("workload", "attempt", "generation", "step", name="uq_actions_key"),
+                      sa.Index("ix_actions_operation", "operation"))
 
     id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
     advice_id: orm.Mapped[int] = orm.mapped_column(sa.ForeignKey("advice.id"), index=True)

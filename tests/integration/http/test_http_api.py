@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import jsonschema
 import pytest
+import sqlalchemy as sa
 
 from trainguard import engine as engine_mod
 from trainguard import health as health_mod
@@ -24,7 +25,7 @@ from trainguard.http import app as http_app
 from trainguard.model import anomalies, clock, verdicts, vocab
 from trainguard.policy import loader
 from trainguard.schedulers import factory
-from trainguard.store import audit, database
+from trainguard.store import audit, database, tables
 
 T0 = 1_800_000_000.0
 READ = "read-token-0123456789"
@@ -98,14 +99,14 @@ class Client:
 
 async def serve(store: audit.AuditStore | None, *, tmp_path: Path | None = None, engine: Any = None,
                 allow_action: bool = False, listen: str = "127.0.0.1:0",
-                operator: bool = False) -> http_app.Server:
+                operator: bool = False, reviewer: auth.Reviewer | None = None) -> http_app.Server:
     token_file = None
     if tmp_path is not None:
         token_file = tmp_path / "tokens"
         token_file.write_text(f"# who may read\n{READ}\n{WRITE} write\n")
     health = health_mod.Health()
     setup = api.mount(api.Fixed(store=store, engine=engine), health, listen=listen, token_file=token_file,
-                      allow_action=allow_action, operator=operator)
+                      allow_action=allow_action, operator=operator, reviewer=reviewer)
     server = await http_app.serve(health, "127.0.0.1:0", setup=setup)
     assert server is not None
     return server
@@ -361,18 +362,25 @@ async def test_exposure_without_tokens_is_refused(sqlite_url, tmp_path):
         (tmp_path / "bad").write_text("abcdefghijklmnopqrstuvwxyz admin\n")
         with pytest.raises(auth.TokenFileError, match="unknown role 'admin'"):
             auth.load_tokens(tmp_path / "bad")
-        # the operator in a pod: probes and metrics only, the API is left out
-        server = await serve(store, listen="0.0.0.0:8080", operator=True)
-        try:
-            async with aiohttp.ClientSession() as s:
-                async with s.get(server.url + "/api/v1/workloads") as r:
-                    assert r.status == 404
-                    assert r.headers["X-Content-Type-Options"] == "nosniff"
-                async with s.get(server.url + "/healthz") as r:
-                    assert r.status == 200
-        finally:
-            await server.stop()
+        # the operator without a reviewer is refused the same way (it always passes its Kubernetes one)
+        with pytest.raises(ValueError, match="without authentication"):
+            api.mount(api.Fixed(store=store), health_mod.Health(), listen="0.0.0.0:8080", token_file=None,
+                      allow_action=False, operator=True)
     finally:
+        await store.close()
+
+
+async def test_operator_refuses_mode_switches_its_recoverypolicy_decides(sqlite_url, session, tmp_path):
+    store = await database.open_store(sqlite_url)
+    server = await serve(store, tmp_path=tmp_path, engine=engine_on(store, allow_action=True), allow_action=True,
+                         operator=True)
+    try:
+        status, body = await Client(session, server.url).post("/api/v1/policies/fast/mode", {"mode": "Monitor"},
+                                                              token=WRITE)
+        assert status == 409 and "kubectl patch the RecoveryPolicy" in body["error"]
+        assert await store.audit_records() == []
+    finally:
+        await server.stop()
         await store.close()
 
 
@@ -431,5 +439,57 @@ async def test_live_stream_delivers_a_record_written_after_subscribing(store, se
             await r.content.readuntil(b"\n\n")
             missed = await asyncio.wait_for(r.content.readuntil(b"\n\n"), timeout=60)
             assert missed.decode().startswith(f"id: {written.id}\n")
+    finally:
+        await server.stop()
+
+
+async def test_many_records_page_without_duplicates_or_gaps(store, session):
+    """2,000 audit records and 1,200 workloads, most of them sharing one last_seen (ties are broken
+    by id), paged at the 500 cap and at an odd size while new rows keep arriving."""
+    when = audit.to_datetime(T0)
+    async with store.sql_engine.begin() as conn:
+        await conn.execute(sa.insert(tables.Workload), [
+            {"id": f"slurm/big/{i:05d}", "scheduler": "big", "job_id": str(i), "policy": "default", "comment": "",
+             "opt_in_errors": [], "state": "RUNNING", "first_seen": when,
+             "last_seen": when if i % 10 else audit.to_datetime(T0 + i)} for i in range(1200)])
+        await conn.execute(sa.insert(tables.AuditLogRow), [
+            {"time": audit.to_datetime(T0 + i // 7), "workload": f"slurm/big/{i % 1200:05d}", "attempt": 0,
+             "kind": "watchdog", "payload": {"n": i}, "decided_by": "watchdog"} for i in range(2000)])
+    server = await serve(store)
+    c = Client(session, server.url)
+    try:
+        for limit, sort in (("500", "-last_seen"), ("137", "last_seen"), ("500", "-id")):
+            seen: list[str] = []
+            cursor = None
+            while True:
+                params = {"limit": limit, "sort": sort, **({"cursor": cursor} if cursor else {})}
+                status, body, _ = await c.get("/api/v1/workloads", **params)
+                assert status == 200, body
+                assert len(body["items"]) <= int(limit)
+                seen += [i["workload"] for i in body["items"]]
+                await store.upsert_workload(workload=f"new/{len(seen)}/{sort}", scheduler="big", job_id="n",
+                                            at=T0 - 10, policy="default", state="RUNNING")
+                cursor = body["next"]
+                if cursor is None:
+                    break
+            big = [w for w in seen if w.startswith("slurm/big/")]
+            assert len(big) == len(set(big)) == 1200, (limit, sort)
+        for limit, order in (("500", "desc"), ("137", "asc")):
+            ids: list[int] = []
+            cursor = None
+            while True:
+                params = {"limit": limit, "order": order, "kind": "watchdog",
+                          **({"cursor": cursor} if cursor else {})}
+                status, body, _ = await c.get("/api/v1/audit", **params)
+                assert status == 200, body
+                ids += [i["id"] for i in body["items"]]
+                cursor = body["next"]
+                if cursor is None:
+                    break
+            assert len(ids) == len(set(ids)) == 2000
+            assert ids == sorted(ids, reverse=order == "desc")
+        status, body, _ = await c.get("/api/v1/audit", since=audit.iso_utc(audit.to_datetime(T0 + 100)),
+                                      until=audit.iso_utc(audit.to_datetime(T0 + 110)), limit="500")
+        assert len(body["items"]) == 70  # 7 records per second, seconds 100..109
     finally:
         await server.stop()

@@ -138,6 +138,8 @@ def test_operator_role_is_exactly_what_the_operator_uses(base: list[dict[str, An
         *((group, "events", verb) for group in ("", "events.k8s.io") for verb in ("create", "patch")),
         *(("slinky.slurm.net", "nodesets", verb) for verb in read),
         *(("", "nodes", verb) for verb in (*read, "patch")),
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
     }
     assert granted == expected
     # never: secrets, pod exec/delete, deleting nodes, changing policies

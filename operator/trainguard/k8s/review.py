@@ -1,0 +1,97 @@
+"""Who a bearer token belongs to, and what they may do, asked of Kubernetes itself.
+
+Place: the operator's ``http.auth.Reviewer`` (``k8s/operator.py`` hands it to ``http.api.mount``).
+A token that is not in ``--http-token-file`` is sent to the API server as a TokenReview; for an
+authenticated user, two SubjectAccessReviews on our CRD decide the role with the user's own RBAC:
+
+- ``patch`` on ``recoverypolicies.trainguard.dev`` -> ``write``;
+- else ``list`` on them -> ``read``;
+- else 403: authenticated, but not allowed to see Trainguard's objects.
+
+The reviews are made in the operator's home namespace (where its RecoveryPolicies live), or
+cluster-wide when it has none. Answers are cached for ``ttl`` seconds per token digest (the token
+itself is not kept), so a console page's dozen calls cost two reviews, not two dozen; a revoked
+binding takes effect within ``ttl``. The operator's ServiceAccount needs ``create`` on
+``tokenreviews`` and ``subjectaccessreviews`` (manifests/base/rbac.yaml).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import aiohttp
+
+from trainguard.http import auth
+from trainguard.k8s import api as api_mod
+
+TOKEN_REVIEWS: Final = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEWS: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+TTL_S: Final = 30.0
+CACHE_MAX: Final = 1000
+
+
+class KubeReviewer:
+    """TokenReview + SubjectAccessReview through the operator's API client (``api_of``: None while
+    the operator is still starting)."""
+
+    def __init__(self, api_of: Callable[[], api_mod.Api | None], namespace: str | None, *, ttl: float = TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._api_of = api_of
+        self.namespace = namespace
+        self.ttl = ttl
+        self._clock = clock
+        self._cache: dict[str, tuple[float, auth.Principal | None]] = {}
+
+    async def __call__(self, token: str) -> auth.Principal | None:
+        key = hashlib.sha256(token.encode()).hexdigest()
+        now = self._clock()
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        api = self._api_of()
+        if api is None:
+            raise auth.ReviewUnavailable("the operator is still starting")
+        try:
+            principal = await self._review(api, token)
+        except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
+            raise auth.ReviewUnavailable(f"the Kubernetes API did not answer the review: {exc}") from exc
+        if len(self._cache) >= CACHE_MAX:
+            self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
+        self._cache[key] = (now + self.ttl, principal)
+        return principal
+
+    async def _review(self, api: api_mod.Api, token: str) -> auth.Principal | None:
+        answer = await api.request("POST", TOKEN_REVIEWS, body={
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})
+        status = answer.get("status") or {}
+        if not status.get("authenticated"):
+            return None
+        user = status.get("user") or {}
+        name = str(user.get("username") or "")
+        if not name:
+            return None
+        if await self._allowed(api, user, "patch"):
+            role: auth.Role = "write"
+        elif await self._allowed(api, user, "list"):
+            role = "read"
+        else:
+            where = f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
+            raise auth.Forbidden(f"{name} may not list recoverypolicies.trainguard.dev {where}: no read role")
+        return auth.Principal(user=f"kube:{name}"[:200], role=role, auth="kubernetes")
+
+    async def _allowed(self, api: api_mod.Api, user: dict[str, Any], verb: str) -> bool:
+        attributes: dict[str, Any] = {"group": "trainguard.dev", "resource": "recoverypolicies", "verb": verb}
+        if self.namespace:
+            attributes["namespace"] = self.namespace
+        spec: dict[str, Any] = {"user": user.get("username"), "groups": list(user.get("groups") or []),
+                                "resourceAttributes": attributes}
+        if user.get("uid"):
+            spec["uid"] = user["uid"]
+        if user.get("extra"):
+            spec["extra"] = user["extra"]
+        answer = await api.request("POST", ACCESS_REVIEWS, body={
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
+        return bool((answer.get("status") or {}).get("allowed"))
