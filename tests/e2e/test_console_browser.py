@@ -152,6 +152,7 @@ def test_failing_job_live_timeline_and_audit(runner: tuple[harness.Trainguard, s
         assert "Xid" in evidence.first.inner_text()
         assert bad_node in page.locator("section.attempt[data-attempt='0'] .evidence").inner_text()
         page.screenshot(path=str(artifacts_dir / "workload.png"), full_page=True)
+        page.locator("section.attempt[data-attempt='0']").screenshot(path=str(artifacts_dir / "timeline.png"))
 
         page.goto(url + "/#/audit?workload=" + workload)
         page.locator("#audit-table tbody tr[data-kind=anomaly]").first.wait_for(timeout=UI_TIMEOUT_MS)
