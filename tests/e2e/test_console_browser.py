@@ -9,7 +9,7 @@ rank 1 with a GPU hardware error (Xid 79). The browser, holding the write token:
 - after Slurm reports the job COMPLETED, finds on the workload page the first attempt's timeline
   picture with detection -> node exclusion -> requeue in that order, and the second attempt
   COMPLETED, the evidence line highlighted;
-- finds the job's records with the audit search.
+- finds the job's records with the audit search, and the excluded node's incident on the nodes page.
 
 A second browser context, holding the read token, sees the policy switch disabled, and a forced
 click gets the API's 403 shown; the policy's mode is unchanged. Screenshots of each page go to
@@ -159,6 +159,12 @@ def test_failing_job_live_timeline_and_audit(runner: tuple[harness.Trainguard, s
         audit_kinds = set(page.locator("#audit-table tbody tr").evaluate_all("rs => rs.map(r => r.dataset.kind)"))
         assert {"anomaly", "verdict", "advice", "action", "outcome"} <= audit_kinds, audit_kinds
         page.screenshot(path=str(artifacts_dir / "audit.png"), full_page=True)
+
+        page.goto(url + "/#/nodes")
+        node_row = page.locator(f"#nodes-table tbody tr[data-node='{bad_node}']")
+        node_row.wait_for(timeout=UI_TIMEOUT_MS)
+        assert workload in node_row.inner_text(), "the node's incident names the workload"
+        page.screenshot(path=str(artifacts_dir / "nodes.png"), full_page=True)
 
         page.goto(url + "/#/")
         page.locator(f"li[data-policy='{policy}'] .badge.mode-action").wait_for(timeout=UI_TIMEOUT_MS)

@@ -78,12 +78,14 @@ async function nodesCard() {
   return card("Nodes under suspicion", body);
 }
 
-const CARDS = [policiesCard, statesCard, anomaliesCard, inFlightCard, nodesCard];
+const CARDS = [policiesCard, statesCard, nodesCard, anomaliesCard, inFlightCard];
+const WIDE = new Set([anomaliesCard, inFlightCard]);
+/** Cards holding a table take the whole row of the grid. */
 
 export async function mount(root, _route, { onLive }) {
   const grid = h("div", { class: "cards" });
   clear(root, h("h1", {}, "Overview"), grid);
-  const slots = CARDS.map(() => h("div", { class: "slot" }));
+  const slots = CARDS.map((make) => h("div", { class: ["slot", WIDE.has(make) ? "wide" : ""] }));
   clear(grid, slots);
   async function refresh() {
     await Promise.all(CARDS.map(async (make, i) => {
