@@ -204,3 +204,32 @@ def test_read_only_user_cannot_switch_a_policy(runner: tuple[harness.Trainguard,
         context.close()
     after = {p["name"]: p for p in _api(url, WRITE_TOKEN, "/api/v1/policies")["items"]}[policy]
     assert (after["declared_mode"], after["mode"]) == (before["declared_mode"], before["mode"]) == ("Action", "action")
+
+
+def test_write_user_switches_a_policy(runner: tuple[harness.Trainguard, str], chromium: Any,
+                                      artifacts_dir: Path) -> None:
+    """The switch as a write user: the page shows the new effective mode and who switched it; the
+    switch is in the audit log under the user's name; switched back, the policy acts again."""
+    tg, policy = runner
+    url = tg.http_url
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    try:
+        page = _login(context, url, WRITE_TOKEN, errors)
+        page.goto(url + "/#/policies")
+        card = page.locator(f".policy[data-policy='{policy}']")
+        card.locator(".badge.mode-action").wait_for()
+        card.locator(f"button[data-switch='{policy}']").click()
+        card.locator(".badge.mode-monitor").wait_for()
+        assert "switched by token:" in card.inner_text()
+        assert page.locator("#policy-notice .ok").inner_text().startswith(f"policy {policy} is now Monitor")
+        page.screenshot(path=str(artifacts_dir / "policies-switched.png"), full_page=True)
+        card.locator(f"button[data-switch='{policy}']").click()
+        card.locator(".badge.mode-action").wait_for()
+        assert not errors, errors
+    finally:
+        context.close()
+    switches = [r for r in _api(url, WRITE_TOKEN, f"/api/v1/audit?workload=policy:{policy}")["items"]
+                if r["payload"].get("operation") == "set_policy_mode"]
+    assert [s["payload"]["arguments"]["to"] for s in reversed(switches)] == ["Monitor", "Action"], switches
+    assert all(s["decided_by"] == "api" and s["payload"]["by"].startswith("token:") for s in switches), switches

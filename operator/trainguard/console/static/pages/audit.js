@@ -15,7 +15,8 @@ function summary(r) {
     case "anomaly": return `${p.symptom || ""} ${p.category || ""} suspects=${(p.suspect_nodes || []).join(",")}`;
     case "verdict": return `${p.attribution || ""} ${p.category || ""} nodes=${(p.nodes || []).join(",")}`;
     case "advice": return `${p.action || ""} mode=${p.mode || ""} exclude=${(p.exclude_nodes || []).join(",")}`;
-    case "action": return `${p.operation || ""} ${p.status || ""}${p.error ? " " + p.error : ""}`;
+    case "action": return `${p.operation || ""} ${p.status || ""}${p.error ? " " + p.error : ""}` +
+      `${p.arguments && p.by ? " " + JSON.stringify(p.arguments) : ""}${p.by ? " by " + p.by : ""}`;
     case "outcome": return `${p.disposition || ""}: ${p.detail || ""}`;
     case "watchdog": return `${p.reason || ""}`;
     default: return JSON.stringify(p);

@@ -50,7 +50,9 @@ export async function mount(root, _route, { session, onLive }) {
   await load();
   let timer = null;
   const off = onLive((ev) => {
-    if (ev.event !== "policy" && !(ev.data && ev.data.kind === "policy")) return;
+    // a mode switch is audited under the workload "policy:NAME" (by whoever made it, here or elsewhere)
+    const target = ev.data && typeof ev.data === "object" ? String(ev.data.workload || "") : "";
+    if (!target.startsWith("policy:")) return;
     if (timer === null) timer = setTimeout(() => { timer = null; load(); }, 300);
   });
   return () => {
