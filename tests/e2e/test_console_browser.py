@@ -8,7 +8,7 @@ rank 1 with a GPU hardware error (Xid 79). The browser, holding the write token:
   no reload: a marker set on ``window`` before the job exists is still there afterwards);
 - after Slurm reports the job COMPLETED, finds on the workload page the first attempt's timeline
   picture with detection -> node exclusion -> requeue in that order, and the second attempt
-  COMPLETED, the evidence line highlighted;
+  COMPLETED, the evidence line highlighted; acknowledges it (an audit record with the note);
 - finds the job's records with the audit search, and the excluded node's incident on the nodes page.
 
 A second browser context, holding the read token, sees the policy switch disabled, and a forced
@@ -153,6 +153,12 @@ def test_failing_job_live_timeline_and_audit(runner: tuple[harness.Trainguard, s
         assert bad_node in page.locator("section.attempt[data-attempt='0'] .evidence").inner_text()
         page.screenshot(path=str(artifacts_dir / "workload.png"), full_page=True)
         page.locator("section.attempt[data-attempt='0']").screenshot(path=str(artifacts_dir / "timeline.png"))
+        page.locator("#ack-form input[name=note]").fill("seen in the browser test")
+        page.locator("#ack-form button").click()
+        assert page.locator("#workload-notice .ok").inner_text() == f"{workload} acknowledged"
+        ack = [r for r in tg.audit(job_id) if r["payload"].get("operation") == "acknowledge"]
+        assert [(r["decided_by"], r["payload"]["arguments"]["note"]) for r in ack] == [
+            ("api", "seen in the browser test")], ack
 
         page.goto(url + "/#/audit?workload=" + workload)
         page.locator("#audit-table tbody tr[data-kind=anomaly]").first.wait_for(timeout=UI_TIMEOUT_MS)
@@ -168,6 +174,7 @@ def test_failing_job_live_timeline_and_audit(runner: tuple[harness.Trainguard, s
 
         page.goto(url + "/#/")
         page.locator(f"li[data-policy='{policy}'] .badge.mode-action").wait_for(timeout=UI_TIMEOUT_MS)
+        assert "engine running here" in page.locator("ul.health").inner_text()
         page.screenshot(path=str(artifacts_dir / "overview.png"), full_page=True)
         assert not errors, errors
     except BaseException:

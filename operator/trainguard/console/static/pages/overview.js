@@ -78,7 +78,23 @@ async function nodesCard() {
   return card("Nodes under suspicion", body);
 }
 
-const CARDS = [policiesCard, statesCard, nodesCard, anomaliesCard, inFlightCard];
+async function healthCard() {
+  const hl = await api.get("/health");
+  // ok: true, false, or null (not known yet)
+  const line = (label, ok, text) => h("li", {},
+    h("span", { class: ["badge", ok === null ? "" : ok ? "ok-badge" : "bad-badge"] }, ok === null ? "?" : ok ? "ok" : "no"),
+    ` ${label}`, text ? h("span", { class: "muted" }, ` ${text}`) : null);
+  const body = h("ul", { class: "plain health" },
+    line("ready", hl.ready, hl.reasons.join("; ")),
+    line("scheduler reachable", hl.scheduler.reachable ?? null, hl.scheduler.last_error || ""),
+    line("store reachable", hl.store.reachable ?? null, hl.store.last_error || ""),
+    line("engine running here", hl.engine_running, hl.standby ? `standby: ${hl.standby}` : ""),
+    h("li", { class: "muted" }, `loop lag ${(hl.loop_lag_s * 1000).toFixed(0)} ms · ${hl.tracked_workloads} workloads tracked` +
+      (hl.leader === null ? "" : hl.leader ? " · leader" : " · not leader")));
+  return card("Engine", body);
+}
+
+const CARDS = [policiesCard, healthCard, statesCard, nodesCard, anomaliesCard, inFlightCard];
 const WIDE = new Set([anomaliesCard, inFlightCard]);
 /** Cards holding a table take the whole row of the grid. */
 

@@ -170,10 +170,34 @@ function jobLink(w) {
     h("span", { class: "muted" }, w.scheduler && w.scheduler.startsWith("slurm") ? ` (scontrol show job ${w.job_id})` : ""));
 }
 
-export async function mount(root, route, { onLive }) {
+/** Acknowledge the workload (write role): an audit record with the note and who wrote it. */
+function ackForm(id, session, notice, reload) {
+  const note = h("input", { name: "note", placeholder: "note (optional)", size: 40, maxlength: 1000 });
+  const button = h("button", { type: "submit", disabled: session.role === "read",
+    title: session.role === "read" ? "needs the write role" : "record that you have seen this" }, "Acknowledge");
+  const form = h("form", { class: "ack", id: "ack-form" }, note, button);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    button.disabled = true;
+    try {
+      const result = await api.post(`/workloads/${api.wid(id)}/acknowledge`, { note: note.value.trim() });
+      clear(notice, h("div", { class: "ok" }, result.message || "acknowledged"));
+      note.value = "";
+      await reload();
+    } catch (err) {
+      clear(notice, errorBox(err));
+    } finally {
+      button.disabled = session.role === "read";
+    }
+  });
+  return form;
+}
+
+export async function mount(root, route, { session, onLive }) {
   const id = route.arg;
   const body = h("div");
-  clear(root, h("p", {}, h("a", { href: "#/workloads" }, "← Workloads")), body);
+  const notice = h("div", { role: "status", id: "workload-notice" });
+  clear(root, h("p", {}, h("a", { href: "#/workloads" }, "← Workloads")), notice, body);
 
   async function load() {
     try {
@@ -185,6 +209,7 @@ export async function mount(root, route, { onLive }) {
           " · ", jobLink(w), ` · first seen ${fmtTime(w.first_seen)} · ${w.anomalies} ${w.anomalies === 1 ? "anomaly" : "anomalies"}`),
         detail.comment ? h("p", { class: "muted" }, "comment: ", h("code", {}, detail.comment)) : null,
         list(w.opt_in_errors).length ? h("div", { class: "error" }, `opt-in: ${w.opt_in_errors.join("; ")}`) : null,
+        ackForm(id, session, notice, load),
         detail.timeline_truncated ? h("p", { class: "muted" }, "Older records are left out here: ",
           h("a", { href: `#/audit?workload=${encodeURIComponent(id)}` }, "see the audit search")) : null,
         list(detail.attempts).slice().sort((a, b) => a.attempt - b.attempt)
