@@ -156,6 +156,7 @@ def test_failing_job_live_timeline_and_audit(runner: tuple[harness.Trainguard, s
         page.locator("#ack-form input[name=note]").fill("seen in the browser test")
         page.locator("#ack-form button").click()
         assert page.locator("#workload-notice .ok").inner_text() == f"{workload} acknowledged"
+        page.mouse.move(0, 0)  # no hover highlight left in the later screenshots
         ack = [r for r in tg.audit(job_id) if r["payload"].get("operation") == "acknowledge"]
         assert [(r["decided_by"], r["payload"]["arguments"]["note"]) for r in ack] == [
             ("api", "seen in the browser test")], ack
@@ -175,6 +176,7 @@ def test_failing_job_live_timeline_and_audit(runner: tuple[harness.Trainguard, s
         page.goto(url + "/#/")
         page.locator(f"li[data-policy='{policy}'] .badge.mode-action").wait_for(timeout=UI_TIMEOUT_MS)
         assert "engine running here" in page.locator("ul.health").inner_text()
+        assert "acknowledge" not in page.locator(".slot.wide").last.inner_text(), "a person's note is no recovery"
         page.screenshot(path=str(artifacts_dir / "overview.png"), full_page=True)
         assert not errors, errors
     except BaseException:

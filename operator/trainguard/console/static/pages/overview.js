@@ -53,7 +53,8 @@ async function inFlightCard() {
   const page = await api.get("/audit", { limit: 200, order: "desc" });
   const open = new Map();
   const closed = new Set();
-  for (const r of list(page.items)) {
+  // the engine's recoveries only: a person's change through the API (decided_by "api") is not one
+  for (const r of list(page.items).filter((x) => x.decided_by !== "api")) {
     const key = `${r.workload}#${r.attempt}#${r.payload.generation ?? ""}`;
     if (r.kind === "outcome" || r.kind === "watchdog") closed.add(key);
     else if ((r.kind === "advice" || r.kind === "action") && !closed.has(key) && !open.has(key)) open.set(key, r);
