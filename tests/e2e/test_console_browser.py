@@ -76,7 +76,8 @@ def _login(context: Any, url: str, token: str, errors: list[str]) -> Any:
     page.goto(url + "/")
     page.locator("#token-input").fill(token)
     page.locator("#token-save").click()
-    page.wait_for_function("document.body.dataset.role !== undefined && document.body.dataset.role !== ''")
+    # a selector, not wait_for_function: polling a JS predicate needs eval, which the console's CSP forbids
+    page.wait_for_selector("body[data-role=read], body[data-role=write]", state="attached")
     page.wait_for_selector("#live[data-state=live]")
     return page
 
