@@ -14,12 +14,17 @@
 #    node, release -> the job running again on the other nodes -> COMPLETED;
 # 6. prints the final `scontrol show job` summary and the end of the job's output.
 #
+# The web console (and /api/v1, /metrics) is served by that `trainguard run` on TG_DEMO_HTTP
+# (default 127.0.0.1:0, a free port); its URL is printed at the start and the end, and it stays
+# reachable while the demo runs (with --keep, afterwards too: trainguard run stays up).
+#
 # Exit 0 when the job completed after exactly one requeue without the failing node; 1 with
 # the reason otherwise. Always stops trainguard and cancels the demo job if it is still
 # active; stops the cluster if this script started it, unless --keep (then everything stays up:
 # `source .local/slurm/env`, `.venv/bin/trainguard audit --db sqlite:///.local/demo/latest/audit.db`).
 #
-# Environment: TG_SLURM_DIR and the other hack/local-slurm.sh settings; TG_DEMO_TIMEOUT (s, 300).
+# Environment: TG_SLURM_DIR and the other hack/local-slurm.sh settings; TG_DEMO_TIMEOUT (s, 300);
+# TG_DEMO_HTTP (HOST:PORT of the console, default 127.0.0.1:0).
 set -euo pipefail
 # shellcheck disable=SC2034  # read by hack/lib/common.sh
 TG_SCRIPT_NAME=demo
@@ -45,6 +50,7 @@ while [ $# -gt 0 ]; do
 done
 [[ "$NODES" =~ ^[2-9]$ ]] || tg_die "--nodes must be 2..9 (the job needs a node left over after one is excluded)"
 TIMEOUT=${TG_DEMO_TIMEOUT:-300}
+HTTP_LISTEN=${TG_DEMO_HTTP:-127.0.0.1:0}
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || tg_die "TG_DEMO_TIMEOUT must be a number of seconds, got '$TIMEOUT'"
 
 VENV=$TG_REPO_ROOT/.venv
@@ -73,12 +79,13 @@ fi
 STARTED_CLUSTER=0
 TG_PID=
 JOB_ID=
+CONSOLE_URL=
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   if [ -n "$TG_PID" ] && kill -0 "$TG_PID" 2>/dev/null; then
     if [ $KEEP = 1 ]; then
-      tg_log "--keep: trainguard run stays up (pid $TG_PID, log $DEMO/trainguard.log)"
+      tg_log "--keep: trainguard run stays up (pid $TG_PID, log $DEMO/trainguard.log, console ${CONSOLE_URL:-?})"
     else
       kill -TERM "$TG_PID" 2>/dev/null || true
       for _ in $(seq 400); do kill -0 "$TG_PID" 2>/dev/null || break; sleep 0.1; done
@@ -116,9 +123,9 @@ CLUSTER=$(scontrol show config | sed -n 's/^ClusterName *= *//p')
 mkdir -p "$DEMO/jobs"
 ln -sfn "$DEMO" "$TG_REPO_ROOT/.local/demo/latest"
 bold "== trainguard run --scheduler slurm-local --mode action --policy ${POLICY#"$TG_REPO_ROOT"/} --db $DB_URL"
-# --http-listen 127.0.0.1:0: /healthz, /readyz and /metrics on a free port (named in the log), so the
-# demo never collides with a runner already serving the default 127.0.0.1:8080
-"$TG" run --scheduler slurm-local --mode action --policy "$POLICY" --db "$DB_URL" --http-listen 127.0.0.1:0 \
+# --http-listen 127.0.0.1:0 (TG_DEMO_HTTP): the console, /api/v1 and /metrics on a free port (named in
+# the log), so the demo never collides with a runner already serving the default 127.0.0.1:8080
+"$TG" run --scheduler slurm-local --mode action --policy "$POLICY" --db "$DB_URL" --http-listen "$HTTP_LISTEN" \
   >"$DEMO/trainguard.log" 2>&1 &
 TG_PID=$!
 for _ in $(seq 600); do
@@ -128,6 +135,11 @@ for _ in $(seq 600); do
 done
 grep -q 'trainguard run: scheduler' "$DEMO/trainguard.log" || tg_die "trainguard run is not ready after 60 s" "$DEMO/trainguard.log"
 say "trainguard is watching opted-in jobs (pid $TG_PID; log $DEMO/trainguard.log)"
+CONSOLE_URL=$(sed -n 's/.*HTTP endpoints on \(http:[^ ]*\) .*/\1/p' "$DEMO/trainguard.log" | head -1)
+CONSOLE_URL=${CONSOLE_URL:+$CONSOLE_URL/}
+if [ -n "$CONSOLE_URL" ]; then
+  bold "== web console: $CONSOLE_URL  (open it now: the job appears live)"
+fi
 
 # ------------------------------------------------------------------ 4. the training job
 script=$DEMO/jobs/demo-job.sh
@@ -222,3 +234,10 @@ if [ -n "$problem" ]; then
 fi
 bold "== demo OK: hardware failure on $bad detected, job requeued without it, completed on $nodelist in $((SECONDS - start)) s"
 say "full audit trail: .venv/bin/trainguard audit --db $DB_URL --workload $WORKLOAD"
+if [ -n "$CONSOLE_URL" ]; then
+  if [ $KEEP = 1 ]; then
+    say "web console (stays up with --keep): ${CONSOLE_URL}#/workload/$WORKLOAD"
+  else
+    say "web console: ${CONSOLE_URL}#/workload/$WORKLOAD (stops with the demo; --keep keeps it up)"
+  fi
+fi

@@ -85,6 +85,12 @@ if [ "$(id -u)" = 0 ]; then
   command -v rg >/dev/null || tg_apt_install ripgrep
   [ -x /usr/sbin/sshd ] || tg_apt_install openssh-server
 fi
+# Chromium for the console's browser tests (Debian's package, driven by Playwright with
+# executable_path: `playwright install` downloads browsers and is never run). If it cannot be
+# installed, the browser tests skip and say why (tests/browser/conftest.py).
+if [ "$(id -u)" = 0 ] && [ ! -x /usr/lib/chromium/chromium ]; then
+  ( tg_apt_install chromium ) || tg_log "WARNING: apt-get install chromium failed: the browser tests will skip"
+fi
 # The Kubernetes binaries are compiled once from the Go module registry and cached outside the
 # repository (minutes cold, instant afterwards): build them here, before pytest's per-test timeout.
 if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then

@@ -14,7 +14,8 @@ import os
 import pytest
 
 pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.mariadb",
-                  "tests.support.victorialogs"]
+                  "tests.support.victorialogs",
+                  "tests.support.browser"]
 
 SKIP_SWITCHES = {
     "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mariadb": "TG_SKIP_MARIADB",

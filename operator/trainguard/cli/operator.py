@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if common.load_catalog("operator", cfg.patterns_file) is None:  # one line now, not a kopf traceback later
         return common.USAGE_ERROR
     from trainguard.cli import run as run_mod
+    from trainguard.console import web as console_web
     from trainguard.k8s import operator
 
     namespaces = cfg.namespaces()
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         peering=cfg.peering,
         liveness_endpoint=cfg.liveness,
         http_listen=cfg.http_listen,
+        http_routes=tuple(console_web.routes()),
         http_token_file=cfg.http_token_file,
         poll_s=cfg.poll,
         status_interval_s=cfg.status_interval,

@@ -100,6 +100,7 @@ async def _main(
 ) -> int:
     from trainguard import engine as engine_mod
     from trainguard import health as health_mod
+    from trainguard.console import web as console_web
     from trainguard.http import api as http_api
     from trainguard.http import app as http_app
     from trainguard.model import clock
@@ -145,7 +146,7 @@ async def _main(
                 setup = http_api.mount(http_api.Fixed(store=store, engine=engine), health, listen=cfg.http_listen,
                                        token_file=cfg.http_token_file, allow_action=settings.allow_action,
                                        operator=False)
-                server = await http_app.serve(health, cfg.http_listen, setup=setup)
+                server = await http_app.serve(health, cfg.http_listen, setup=setup, routes=console_web.routes())
             except (ValueError, OSError) as exc:
                 raise _Fatal(f"cannot serve HTTP on {cfg.http_listen}: {exc}") from exc
             ticker = asyncio.ensure_future(health.tick_forever(stop))

@@ -1,1 +1,6 @@
-"""The web console (later issue)."""
+"""The web console: static HTML/CSS/ES modules served from the package at ``/`` (``web.routes``).
+
+No build step and no CDN (clusters are often air-gapped): the files under ``static/`` are what the
+browser runs. Every piece of data comes from the HTTP API (``/api/v1``) and its Server-Sent Events
+stream; the console holds no state of its own beyond the bearer token a user typed (sessionStorage).
+"""

@@ -40,6 +40,13 @@ Role = Literal["read", "write"]
 ROLES: Final = ("read", "write")
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
 """Probes: the kubelet sends no token."""
+CONSOLE_CODE: Final = "/console/"
+"""The console's static code (``console/static/``: HTML, CSS, ES modules from the package, no data).
+A browser loads a page's modules without an ``Authorization`` header, so they are served to whoever
+reaches the port; everything they show comes from ``/api/v1``, which needs the token."""
+CONSOLE_PAGE: Final = "/"
+"""The console's page: without a token it still answers 401, with the page as the body, so that a
+browser renders it and the page asks for a token (kept in the tab, sent as a bearer)."""
 CSRF_HEADER: Final = "X-Trainguard-Request"
 MUTATING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -173,12 +180,16 @@ def middleware(tokens: TokenBook | None, reviewer: Reviewer | None = None) -> Mi
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS:
             return await handler(request)
+        if request.method in ("GET", "HEAD") and request.path.startswith(CONSOLE_CODE):
+            return await handler(request)
         if tokens is None and reviewer is None:
             principal = LOCAL
         else:
             header = request.headers.get("Authorization", "")
             scheme, _, value = header.partition(" ")
             if scheme.lower() != "bearer" or not value.strip():
+                if request.method in ("GET", "HEAD") and request.path == CONSOLE_PAGE:
+                    return await _console_page(request, handler)
                 return _error(401, "authentication required: send 'Authorization: Bearer TOKEN'",
                               **{"WWW-Authenticate": 'Bearer realm="trainguard"'})
             found = tokens.lookup(value.strip()) if tokens is not None else None
@@ -202,6 +213,21 @@ def middleware(tokens: TokenBook | None, reviewer: Reviewer | None = None) -> Mi
         return await handler(request)
 
     return authenticate
+
+
+async def _console_page(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The console's page with status 401 (see ``CONSOLE_PAGE``); anything else ``/`` might answer
+    (no console mounted) is replaced by the plain 401."""
+    try:
+        response: web.StreamResponse | None = await handler(request)
+    except web.HTTPException:
+        response = None
+    if isinstance(response, web.Response) and response.status == 200 and response.content_type == "text/html":
+        response.set_status(401)
+        response.headers["WWW-Authenticate"] = 'Bearer realm="trainguard"'
+        return response
+    return _error(401, "authentication required: send 'Authorization: Bearer TOKEN'",
+                  **{"WWW-Authenticate": 'Bearer realm="trainguard"'})
 
 
 def csrf_problem(request: web.Request) -> str:

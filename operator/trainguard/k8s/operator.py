@@ -41,6 +41,7 @@ from typing import Any, Final
 
 import aiohttp
 import kopf
+from aiohttp import web
 from pydantic import ValidationError
 
 from trainguard import engine as engine_mod
@@ -89,6 +90,9 @@ class OperatorConfig:
     """kopf's own liveness endpoint (optional; the probes use ``http_listen``)."""
     http_listen: str = http_app.OFF
     """``HOST:PORT`` of /healthz, /readyz and /metrics (``trainguard.http``), or ``off``."""
+    http_routes: tuple[web.RouteDef, ...] = ()
+    """Further routes served on ``http_listen`` (the console's, passed by the CLI: the console is a
+    sibling shell this module does not import)."""
     http_token_file: Path | None = None
     """Bearer tokens of the HTTP API (``http.auth``); other tokens are reviewed by Kubernetes
     (``k8s/review.py``: TokenReview + SubjectAccessReview on our CRDs)."""
@@ -650,7 +654,7 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
             reviewer = review.KubeReviewer(lambda: shell.api, config.workload_namespace)
             setup = http_api.mount(shell, shell.health, listen=config.http_listen, token_file=config.http_token_file,
                                    allow_action=config.allow_action, operator=True, reviewer=reviewer)
-            server = await http_app.serve(shell.health, config.http_listen, setup=setup)
+            server = await http_app.serve(shell.health, config.http_listen, setup=setup, routes=config.http_routes)
         except (ValueError, OSError) as exc:
             raise StartupError(f"cannot serve HTTP on {config.http_listen}: {exc}") from exc
         try:
