@@ -549,6 +549,12 @@ class Engine:
             rt.finished_at = None
         elif not first and job.state != previous.state:
             await self.store.record_attempt(workload=rt.workload, attempt=job.attempt, at=now, state=job.state.value)
+        if not first and job.attempt > previous.attempt and not previous.state.finished:
+            # Requeued (by us, a person or Slurm) before we saw the old attempt end: it ended now.
+            await self.store.record_attempt(workload=rt.workload, attempt=previous.attempt, at=now, ended_at=now,
+                                            state=workloads.JobState.REQUEUED.value)
+        if not first and (job.state != previous.state or job.attempt != previous.attempt):
+            await self.store.set_workload_state(rt.workload, job.state.value, at=now)
         if rt.detector is not None and rt.detector.attempt == job.attempt and job.nodes and job.nodes != previous.nodes:
             # First seen pending: the rank -> node layout exists only once the job runs.
             rt.detector.rank_map = hosts.RankMap(job.nodes, _tasks_per_node(job))

@@ -313,6 +313,16 @@ class AuditStore:
 
         await self._transaction(work)
 
+    async def set_workload_state(self, workload: str, state: str, *, at: float) -> None:
+        """The scheduler's current state of a tracked workload, as the API and console list it."""
+
+        async def work(session: AsyncSession) -> None:
+            row = await session.get(tables.Workload, workload)
+            if row is not None:
+                row.state, row.last_seen = state, to_datetime(at)
+
+        await self._transaction(work)
+
     async def get_workload(self, workload: str) -> WorkloadRecord | None:
         async with self._sessions() as session:
             row = await session.get(tables.Workload, workload)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.unit.engine import scenario
 from trainguard.model import vocab, workloads
+from trainguard.store import queries
 
 TEARDOWN = (
     "slurmstepd: error: *** JOB 30 ON node1 CANCELLED AT 2027-01-15T08:00:05 DUE TO JOB REQUEUE ***",
@@ -157,3 +158,28 @@ async def test_a_restart_of_ours_keeps_counting_attempts_without_a_checkpoint(
         (0, 1, "requeue"), (1, 2, "requeue"), (2, 3, "stop")]
     assert any("2 attempts in a row without a new checkpoint" in reason for reason in advice[2]["reasons"])
     assert h.mutations("32")[-1] == "cancel"
+
+
+async def test_the_store_follows_the_jobs_state_and_closes_a_requeued_attempt(
+    make_harness: scenario.MakeHarness,
+) -> None:
+    """What the API and console list comes from the store: the workload's state must follow the
+    scheduler, and an attempt that was requeued must not stay RUNNING forever."""
+    h = await make_harness()
+    h.submit("33")
+    await h.step()
+    assert (await h.store.get_workload(scenario.workload_of("33"))).state == "RUNNING"
+    h.write("33", *scenario.ranked(1, *scenario.TRACEBACK))
+    await h.step()
+    await h.settle()
+    await h.step()  # discovery sees attempt 1, pending
+    assert (await h.store.get_workload(scenario.workload_of("33"))).state == "PENDING"
+    h.scheduler.start("33", ["node3", "node4"])
+    await h.step()
+    h.change("33", state=workloads.JobState.COMPLETED)
+    await h.step()
+
+    assert (await h.store.get_workload(scenario.workload_of("33"))).state == "COMPLETED"
+    attempts = await queries.ReadQueries(h.store.sql_engine).attempts(scenario.workload_of("33"))
+    assert [(a.attempt, a.state, a.ended_at is not None) for a in attempts] == [
+        (0, "REQUEUED", True), (1, "COMPLETED", True)]
