@@ -48,14 +48,12 @@ import aiohttp
 
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
+from trainguard.signals.tailer import MARKER
 
 logger = logging.getLogger(__name__)
 
 SOURCE = "loki"
 """``LogLine.source`` and ``StreamPosition.source`` of lines read from Loki."""
-
-MARKER = "[trainguard]"
-"""Prefix of the text the reader itself adds (a cut line), as in the file tailer."""
 
 DEFAULT_PAGE_LIMIT = 1000
 """Entries per ``query_range`` page: well below Loki's default ``max_entries_limit_per_query`` (5000)."""
@@ -76,7 +74,7 @@ MAX_SEEN_STORED = 8
 RECENT_PER_STREAM = 4096
 """Entries remembered per stream to drop the overlap of a reconnect or a catch-up."""
 
-_NS = 1_000_000_000
+NS = 1_000_000_000
 
 
 class LokiError(Exception):
@@ -411,7 +409,7 @@ class LokiLine:
     workload: str
     attempt: int | None
     line: signals.LogLine
-    ns: int
+    entry: LokiEntry
 
 
 class LokiReader:
@@ -442,7 +440,7 @@ class LokiReader:
         self.query = query
         self.labels = labels or LokiLabels()
         self._clock = clock
-        self._since_ns = int(since_s * _NS)
+        self._since_ns = int(since_s * NS)
         self._page_limit = page_limit
         self._delay_for = delay_for_s
         self._max_line = max_line
@@ -453,6 +451,7 @@ class LokiReader:
         self._pending: dict[str, list[LokiLine]] = collections.defaultdict(list)
         self._unmapped: set[str] = set()
         self._resume_ns: int | None = None  # the newest timestamp handed out (or restored)
+        self._floor_ns: int | None = None  # ``start_at``
         self._failing: str | None = None
         self.connected = asyncio.Event()
         """Set while the tail socket is open."""
@@ -486,6 +485,17 @@ class LokiReader:
         """The lines of ``workload`` read since the last call, oldest first."""
         return self._pending.pop(workload, [])
 
+    def drain_entries(self) -> list[tuple[LokiEntry, signals.LogLine]]:
+        """Every line read since the last call, of every workload, oldest first."""
+        out = [(x.entry, x.line) for lines in self._pending.values() for x in lines]
+        self._pending.clear()
+        out.sort(key=lambda pair: pair[0].ns)
+        return out
+
+    def start_at(self, ns: int | None) -> None:
+        """Where the first catch-up starts when no stream position is known (e.g. an attempt's start)."""
+        self._floor_ns = ns
+
     def workloads(self) -> list[str]:
         """Workloads with lines waiting."""
         return list(self._pending)
@@ -516,7 +526,7 @@ class LokiReader:
             line = signals.LogLine(text=text, lineno=lineno, received_at=self._clock.now(),
                                    source=f"{SOURCE}:{key}", node=labels.get(self.labels.host) or None,
                                    rank=_int_or_none(labels.get(self.labels.rank)))
-            self._pending[cursor.workload].append(LokiLine(cursor.workload, cursor.attempt, line, e.ns))
+            self._pending[cursor.workload].append(LokiLine(cursor.workload, cursor.attempt, line, e))
             self._resume_ns = max(self._resume_ns or 0, e.ns)
             taken += 1
         if taken:
@@ -545,7 +555,7 @@ class LokiReader:
         floor = now - self._since_ns
         stored = [c.ns for c in self._cursors.values() if c.ns]
         if not stored:
-            return floor
+            return self._floor_ns or floor
         # The oldest stream position (a stream behind the newest one still has lines to read),
         # but never older than ``since_s``: a stream of a job that ended long ago has nothing new.
         return max(floor, min(stored))
