@@ -61,9 +61,9 @@ async def test_lines_positions_and_restart(replay: LokiReplay) -> None:
     finally:
         first.close()
         await first.reader.client.close()
-    # The job's shared output file: its node is left to the text (batch host); the rank label sets the rank.
+    # Per-node files of the ranks (not the job's StdOut): the host label names the node, the rank label the rank.
     assert [(x.text, x.rank, x.node, x.source) for x in lines] == [
-        ("step 5 loss 1.20", 0, None, "stdout"), ("step 5 loss 1.21", 1, None, "stdout")]
+        ("step 5 loss 1.20", 0, "node1", "stdout"), ("step 5 loss 1.21", 1, "node2", "stdout")]
     [s] = first.unsaved()
     stored = s.consumed
     assert stored is not None and (stored.offset, stored.inode, stored.lineno) == (T + 10_000, 2, 2)
@@ -78,19 +78,21 @@ async def test_lines_positions_and_restart(replay: LokiReplay) -> None:
     finally:
         second.close()
         await second.reader.client.close()
-    assert [(x.text, x.lineno, x.rank) for x in lines] == [
-        ("RuntimeError: CUDA error: an illegal memory access was encountered", 3, 1)]
+    assert [(x.text, x.lineno, x.rank, x.node) for x in lines] == [
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", 3, 1, "node2")]
     assert replay.queries()[-1]["start"] == str(T + 10_000)
 
 
-async def test_node_from_the_host_label_for_other_files_and_attempt_floor(replay: LokiReplay) -> None:
+async def test_shared_output_file_and_attempt_floor(replay: LokiReplay) -> None:
     b = book(replay, Start(TailPosition(OUT, 0, T + 5, 0, ""), "started_at"))
-    node_log = {"job_id": "1001", "host": "node2", "rank": "1", "filename": "/var/log/train/rank1.log"}
+    shared = {"job_id": "1001", "host": "batchhost", "filename": OUT}
     replay.ranges.append({"status": "success", "data": {"resultType": "streams", "result": [
-        {"stream": node_log, "values": [[str(T + 1), "old attempt line"], [str(T + 6), "NCCL WARN net failure"]]}]}})
+        {"stream": shared, "values": [[str(T + 1), "old attempt line"], [str(T + 6), "1: NCCL WARN net failure"]]}]}})
     try:
         lines = await read_all(b, 1)
     finally:
         b.close()
         await b.reader.client.close()
-    assert [(x.text, x.node, x.rank) for x in lines] == [("NCCL WARN net failure", "node2", 1)]
+    # Before the attempt's start: not charged to it. The job's shared StdOut is written by the batch
+    # host for every rank: its host label is not the node of the line (the "1:" prefix decides).
+    assert [(x.text, x.node, x.rank) for x in lines] == [("1: NCCL WARN net failure", None, None)]
