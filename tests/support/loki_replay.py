@@ -56,6 +56,7 @@ class LokiReplay:
     ranges: list[Any] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     tail_queues: list[asyncio.Queue[Any]] = field(default_factory=list)
+    tail_queries: list[str] = field(default_factory=list)
     refuse_tail: int | None = None
     """Answer the tail handshake with this status instead of upgrading."""
     server: TestServer | None = None
@@ -73,6 +74,11 @@ class LokiReplay:
     async def send(self, item: Any) -> None:
         """Send on the newest tail WebSocket: a recorded message, raw text, or ``CLOSE``."""
         await self.tail_queues[-1].put(item)
+
+    async def send_to(self, query: str, item: Any) -> None:
+        """Send on the newest tail WebSocket opened for ``query``."""
+        at = len(self.tail_queries) - 1 - self.tail_queries[::-1].index(query)
+        await self.tail_queues[at].put(item)
 
     def queries(self) -> list[dict[str, str]]:
         return [r.params for r in self.requests if r.path.endswith("/query_range")]
@@ -100,6 +106,7 @@ class LokiReplay:
             return web.Response(status=self.refuse_tail, text="no org id")
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self.tail_queues.append(queue)
+        self.tail_queries.append(request.query.get("query", ""))
         ws = web.WebSocketResponse()
         await ws.prepare(request)
 

@@ -71,6 +71,9 @@ nanosecond are few, so a collision among them is negligible)."""
 MAX_SEEN_STORED = 8
 """Hashes stored per position: ``8 * 8`` characters fill the 64-character fingerprint column."""
 
+MAX_BODY = 64 * 1024 * 1024
+"""Bytes of one answer or tail message read at most: a page of long lines is asked again smaller."""
+
 RECENT_PER_STREAM = 4096
 """Entries remembered per stream to drop the overlap of a reconnect or a catch-up."""
 
@@ -83,6 +86,10 @@ class LokiError(Exception):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class AnswerTooLarge(LokiError):
+    """An answer longer than ``MAX_BODY``: the page is asked again with a smaller limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +252,11 @@ class LokiClient:
         url = self.base_url + "/loki/api/v1/query_range"
         try:
             async with self._client().get(url, params=params, timeout=self._timeout) as response:
-                text = await response.text(errors="replace")
+                body = await response.content.read(MAX_BODY + 1)
+                if len(body) > MAX_BODY:
+                    raise AnswerTooLarge(f"query_range answer is longer than {MAX_BODY} bytes (limit {limit})",
+                                         status=response.status)
+                text = body.decode("utf-8", errors="replace")
                 if response.status != 200:
                     raise LokiError(f"query_range answered {response.status}: {text.strip()[:200]}",
                                     status=response.status)
@@ -266,9 +277,16 @@ class LokiClient:
         """
         at = start_ns
         border: set[tuple[StreamLabels, int, str]] = set()
-        size = limit
+        size = base = limit  # ``base``: the page size, lowered for good when an answer was too large
         while at < end_ns:
-            page = await self.query_range(query, at, end_ns, size)
+            try:
+                page = await self.query_range(query, at, end_ns, size)
+            except AnswerTooLarge:
+                if size == 1:
+                    raise
+                size = base = max(1, size // 4)
+                logger.warning("Loki: a page of %s was too large; asking %d lines at a time", query, size)
+                continue
             fresh = [e for e in page if (e.stream, e.ns, e.line) not in border]
             if fresh:
                 yield fresh
@@ -281,12 +299,12 @@ class LokiClient:
                     continue
                 logger.warning("Loki: more than %d lines at one nanosecond (%d) for %s; the rest of them are "
                                "skipped", MAX_PAGE_LIMIT, last, query)
-                at, border, size = last + 1, set(), limit
+                at, border, size = last + 1, set(), base
                 continue
             if last != at:
                 border = set()
             border |= {(e.stream, e.ns, e.line) for e in page if e.ns == last}
-            at, size = last, limit
+            at, size = last, base
 
     @contextlib.asynccontextmanager
     async def tail(self, query: str, start_ns: int, *, delay_for_s: int = 0,
@@ -299,9 +317,7 @@ class LokiClient:
         url = self.base_url + "/loki/api/v1/tail"
         params = {"query": query, "start": str(start_ns), "delay_for": str(delay_for_s), "limit": str(limit)}
         try:
-            ws = await self._client().ws_connect(url, params=params, heartbeat=30.0,
-                                                 timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
-                                                 max_msg_size=64 * 1024 * 1024)
+            ws = await self._client().ws_connect(url, params=params, heartbeat=30.0, max_msg_size=MAX_BODY)
         except aiohttp.WSServerHandshakeError as exc:
             raise LokiError(f"tail refused: {exc.status} {exc.message}", status=exc.status) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -495,6 +511,10 @@ class LokiReader:
     def start_at(self, ns: int | None) -> None:
         """Where the first catch-up starts when no stream position is known (e.g. an attempt's start)."""
         self._floor_ns = ns
+
+    def pending(self) -> int:
+        """Lines read and not yet drained."""
+        return sum(len(lines) for lines in self._pending.values())
 
     def workloads(self) -> list[str]:
         """Workloads with lines waiting."""

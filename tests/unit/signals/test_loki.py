@@ -236,3 +236,16 @@ async def test_stream_without_the_job_label_is_skipped_with_a_warning(
     (line,) = r.drain("7")
     assert (line.line.text, line.line.node, line.line.rank, line.attempt) == ("hi", "n3", None, None)
     assert "has no 'job_id' label" in caplog.text
+
+
+async def test_a_too_large_answer_is_asked_again_in_smaller_pages(replay: LokiReplay,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loki, "MAX_BODY", 400)
+    replay.ranges += [recorded("query_range_page1.json"),  # longer than 400 bytes
+                      {"status": "success", "data": {"resultType": "streams", "result": [
+                          {"stream": {"job_id": "42"}, "values": [[str(T), "a"]]}]}}]
+    r = reader(replay, page_limit=3)
+    await r.catch_up(T, T + 50)
+    await r.client.close()
+    assert texts(r) == ["a"]
+    assert [(q["limit"], q["start"]) for q in replay.queries()] == [("3", str(T)), ("1", str(T)), ("1", str(T))]
