@@ -181,6 +181,16 @@ class Settings(BaseSettings):
         return _split_list(value)
 
     @model_validator(mode="after")
+    def _one_log_store(self) -> Settings:
+        if self.victorialogs_url and self.loki_url:
+            raise ValueError("give one log store: victorialogs_url (--victorialogs-url) or loki_url (--loki-url), "
+                             "not both")
+        if self.loki_token_file is not None and self.loki_username is not None:
+            raise ValueError("give one Loki authentication: loki_token_file (bearer) or loki_username + "
+                             "loki_password_file (basic), not both")
+        return self
+
+    @model_validator(mode="after")
     def _one_source_per_secret(self) -> Settings:
         if self.db_url is not None and self.db_url_file is not None:
             raise ValueError("give the database URL once: db_url (--db, TRAINGUARD_DB_URL) or db_url_file "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
+from trainguard.signals import fileio, sources
 from trainguard.signals.loki import (
     DEFAULT_MAX_LINE,
     DEFAULT_PAGE_LIMIT,
@@ -268,11 +269,11 @@ class LokiBook:
             s.saved = s.consumed
 
 
-def books(config: Config) -> tuple[Callable[..., LokiBook], LokiClient]:
+def books(config: Config) -> tuple[sources.BookFactory, LokiClient]:
     """A book factory for ``engine.Engine(log_books=...)`` and its shared client (close it at the end)."""
     client = LokiClient(config.url, auth=config.auth, timeout_s=config.timeout_s)
 
-    def make(workload: str, job_id: str, clock: clock_mod.Clock, pool: object = None) -> LokiBook:
+    def make(workload: str, job_id: str, clock: clock_mod.Clock, pool: fileio.FilePool | None) -> sources.LogBook:
         del pool  # no files
         return LokiBook(workload, job_id, clock, config, client)
 

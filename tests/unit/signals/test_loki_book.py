@@ -30,7 +30,8 @@ async def replay() -> AsyncIterator[LokiReplay]:
 
 def book(replay: LokiReplay, start: Start | None = None) -> loki_book.LokiBook:
     make, _ = loki_book.books(loki_book.Config(url=replay.url, selector='cluster="a"'))
-    b = make("slurm-1001", "1001", clock_mod.ManualClock(T / 1e9))
+    b = make("slurm-1001", "1001", clock_mod.ManualClock(T / 1e9), None)
+    assert isinstance(b, loki_book.LokiBook)
     b.add(OUT, "stdout", start)
     return b
 
