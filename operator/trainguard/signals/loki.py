@@ -448,6 +448,7 @@ class LokiReader:
         page_limit: int = DEFAULT_PAGE_LIMIT,
         delay_for_s: int = 0,
         max_line: int = DEFAULT_MAX_LINE,
+        max_pending: int = 200_000,
         backoff_s: tuple[float, float] = (0.5, 30.0),
         now_ns: Callable[[], int] = time.time_ns,
         on_lines: Callable[[], Awaitable[None] | None] | None = None,
@@ -460,6 +461,9 @@ class LokiReader:
         self._page_limit = page_limit
         self._delay_for = delay_for_s
         self._max_line = max_line
+        self._max_pending = max_pending
+        self.overflow = 0
+        """Lines dropped (oldest first) because more than ``max_pending`` waited to be drained."""
         self._backoff = backoff_s
         self._now_ns = now_ns
         self._on_lines = on_lines
@@ -546,7 +550,11 @@ class LokiReader:
             line = signals.LogLine(text=text, lineno=lineno, received_at=self._clock.now(),
                                    source=f"{SOURCE}:{key}", node=labels.get(self.labels.host) or None,
                                    rank=_int_or_none(labels.get(self.labels.rank)))
-            self._pending[cursor.workload].append(LokiLine(cursor.workload, cursor.attempt, line, e))
+            waiting = self._pending[cursor.workload]
+            waiting.append(LokiLine(cursor.workload, cursor.attempt, line, e))
+            if len(waiting) > self._max_pending:  # nobody drains: memory stays bounded, the loss is counted
+                del waiting[0]
+                self.overflow += 1
             self._resume_ns = max(self._resume_ns or 0, e.ns)
             taken += 1
         if taken:

@@ -122,6 +122,7 @@ class LokiBook:
         self.reader = LokiReader(client, selector(config.labels.job, job_id, config.selector), clock,
                                  labels=config.labels, since_s=config.since_s, page_limit=config.page_limit,
                                  delay_for_s=config.delay_for_s, max_line=config.max_line,
+                                 max_pending=config.max_buffer,
                                  backoff_s=(0.5, config.max_backoff_s))
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -136,11 +137,15 @@ class LokiBook:
         else:
             s.consumed = TailPosition(path, 0, 0, 0, "")
         self.files.append(s)
-        self.reader.start_at(min(f.floor for f in self.files) or None)
-        if self._task is None:
+        return s
+
+    def _ensure_reading(self) -> None:
+        """Start the reader on the first round that wants lines, once every stream is added and placed:
+        its first catch-up starts at the earliest stream's floor."""
+        if self._task is None and self.files:
+            self.reader.start_at(min(f.floor for f in self.files) or None)
             self._task = asyncio.ensure_future(self.reader.run(self._stop))
             self._task.set_name(f"loki:{self.workload}")
-        return s
 
     def close(self) -> None:
         self._stop.set()
@@ -170,17 +175,17 @@ class LokiBook:
 
     async def read(self) -> list[tuple[Stream, list[signals.LogLine]]]:
         """The lines the reader collected since the last round, each charged to its stream."""
+        self._ensure_reading()
         for s in self.files:
             s.lines = {}
         pending = self.reader.drain_entries()
         if not self.files:
             return []
         out: dict[int, list[signals.LogLine]] = {id(s): [] for s in self.files}
-        if len(pending) > self._config.max_buffer:
-            dropped = len(pending) - self._config.max_buffer
-            pending = pending[dropped:]
-            self._line(self.files[0], out, f"{MARKER} {dropped} log-store lines dropped (more than "
+        if self.reader.overflow:
+            self._line(self.files[0], out, f"{MARKER} {self.reader.overflow} log-store lines dropped (more than "
                        f"{self._config.max_buffer} waiting)")
+            self.reader.overflow = 0
         for entry, line in pending:
             labels = dict(entry.stream)
             s, own = self._stream_of(labels.get(self._config.path_label, ""))
@@ -222,7 +227,9 @@ class LokiBook:
     # -- attempts ------------------------------------------------------------------------------
 
     async def observe_ends(self) -> None:
-        """No attempt runs: nothing is read (lines stay with the reader until the attempt's start places them)."""
+        """No attempt runs: nothing is handed out (lines stay with the reader until the attempt's start
+        places them), but reading starts, so that none is missed when the attempt starts."""
+        self._ensure_reading()
 
     def place_at_start(self, started_at: float | None) -> list[tuple[Stream, str]]:
         if started_at is None:

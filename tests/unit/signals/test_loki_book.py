@@ -37,23 +37,22 @@ def book(replay: LokiReplay, start: Start | None = None) -> loki_book.LokiBook:
 
 
 async def read_all(b: loki_book.LokiBook, want: int) -> list[signals.LogLine]:
+    """Tailing rounds (the first one starts the reader) until ``want`` lines were handed out."""
     got: list[signals.LogLine] = []
-
-    def more() -> bool:
-        return bool(b.reader.workloads())
-
-    while len(got) < want:
-        await until(b.reader, more)
+    while True:
         for s, lines in await b.read():
             for line in lines:
                 b.consume(s, line)
                 got.append(line)
-    return got
+        if len(got) >= want:
+            return got
+        await until(b.reader, lambda: b.reader.pending() > 0)
 
 
 async def test_lines_positions_and_restart(replay: LokiReplay) -> None:
     first = book(replay, Start(TailPosition(OUT, 0, T, 0, ""), "started_at"))
     try:
+        assert await first.read() == [(first.files[0], [])]  # the first round starts the reader
         await until(first.reader, first.reader.connected.is_set)
         assert replay.queries()[0]["query"] == '{job_id="1001", cluster="a"}'
         assert replay.queries()[0]["start"] == str(T)  # from the attempt's start
@@ -97,3 +96,21 @@ async def test_shared_output_file_and_attempt_floor(replay: LokiReplay) -> None:
     # Before the attempt's start: not charged to it. The job's shared StdOut is written by the batch
     # host for every rank: its host label is not the node of the line (the "1:" prefix decides).
     assert [(x.text, x.node, x.rank) for x in lines] == [("1: NCCL WARN net failure", None, None)]
+
+
+async def test_lines_nobody_drains_are_bounded_and_the_loss_is_said(replay: LokiReplay) -> None:
+    make, _ = loki_book.books(loki_book.Config(url=replay.url, max_buffer=2))
+    b = make("slurm-1001", "1001", clock_mod.ManualClock(T / 1e9), None)
+    assert isinstance(b, loki_book.LokiBook)
+    b.add(OUT, "stdout", Start(TailPosition(OUT, 0, T, 0, ""), "started_at"))
+    replay.ranges.append({"status": "success", "data": {"resultType": "streams", "result": [
+        {"stream": {"job_id": "1001", "filename": OUT}, "values": [[str(T + i), f"line {i}"] for i in (1, 2, 3)]}]}})
+    try:
+        await b.observe_ends()  # no attempt runs yet: reading starts, nothing is handed out
+        await until(b.reader, lambda: b.reader.overflow == 1)
+        [(_, lines)] = await b.read()
+    finally:
+        b.close()
+        await b.reader.client.close()
+    assert [x.text for x in lines] == ["[trainguard] 1 log-store lines dropped (more than 2 waiting)", "line 2",
+                                       "line 3"]
