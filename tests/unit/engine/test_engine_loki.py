@@ -22,6 +22,9 @@ from trainguard.store import database
 
 pytestmark = pytest.mark.unit
 
+T = 1764590400000000000
+"""The recordings' time base (ns)."""
+
 
 @pytest.fixture
 async def replay() -> AsyncIterator[LokiReplay]:
@@ -71,4 +74,61 @@ async def test_crash_line_from_loki_becomes_advice_for_the_right_workload_and_no
             if rt.task is not None and not rt.task.done():
                 rt.task.cancel()
         await client.close()
+        await store.close()
+
+
+async def test_a_restarted_engine_resumes_loki_at_the_stored_position(
+    replay: LokiReplay, tmp_path: Path, catalog: catalog_mod.Catalog
+) -> None:
+    store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
+    manual = clock.ManualClock(scenario.START)
+    scheduler = fake_scheduler.FakeScheduler(nodes=scenario.NODES)
+    policies = loader.parse_text(scenario.POLICIES, "test")
+    engines: list[engine_mod.Engine] = []
+    clients = []
+
+    def new_engine() -> engine_mod.Engine:
+        books, client = loki_book.books(loki_book.Config(url=replay.url))
+        clients.append(client)
+        engines.append(engine_mod.Engine(scheduler, store, policies, catalog, clock_=manual, log_books=books,
+                                         settings=settings_mod.EngineSettings(allow_action=True)))
+        return engines[-1]
+
+    h = scenario.Harness(tmp_path, manual, scheduler, store, new_engine())
+    h.submit("1001", "trainguard", nodes=("node2", "node1"))
+    first, second = recorded("crash.json")
+    try:
+        await h.step()
+        book = h.runtime("1001").book
+        assert isinstance(book, loki_book.LokiBook)
+        await until(book.reader, book.reader.connected.is_set)
+        await replay.send_to('{job_id="1001"}', first)
+        await until(book.reader, lambda: book.reader.pending() == 2)
+        await h.step()  # the two progress lines are handed to detection; their position is stored
+        [stored] = await store.tail_positions(scenario.workload_of("1001"))
+        assert (stored.offset, stored.inode, stored.lineno) == (T + 10_000, 2, 2)
+        book.close()  # the process stops
+
+        # A new process on the same store: Loki answers the catch-up with the old lines and the new one.
+        replay.ranges.append({"status": "success", "data": {"resultType": "streams", "result": [
+            *first["streams"], *second["streams"]]}})
+        h.engine = new_engine()
+        await h.step()
+        book = h.runtime("1001").book
+        assert isinstance(book, loki_book.LokiBook)
+        await until(book.reader, lambda: book.reader.pending() == 3)  # the book skips the two read before
+        await h.step()
+        await h.settle()
+        assert replay.queries()[-1]["start"] == str(T + 10_000)  # from the stored time, inclusive
+        [anomaly] = await h.records("1001", vocab.AuditKind.ANOMALY)
+        assert anomaly.payload["suspect_nodes"] == ["node2"]
+        assert {e["line"] for e in anomaly.payload["evidence"]} == {3}  # counted on, nothing read twice
+    finally:
+        for engine in engines:
+            for rt in engine.runtimes.values():
+                rt.book.close()
+                if rt.task is not None and not rt.task.done():
+                    rt.task.cancel()
+        for client in clients:
+            await client.close()
         await store.close()
