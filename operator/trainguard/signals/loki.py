@@ -13,11 +13,13 @@ into ``signals.LogLine`` objects per workload, without losing or repeating a lin
   A message carries ``streams`` (``{"stream": labels, "values": [[ns, line], ...]}``) and
   ``dropped_entries`` (``{"labels", "timestamp"}``: lines Loki could not send us in time); dropped
   entries trigger a catch-up query over their time span, so they are read after all.
-- **positions**: per stream, the nanosecond timestamp of the last line handed out and short
-  hashes of the lines handed out at exactly that nanosecond (``StreamPosition``; the engine
-  stores it like a file position). A restarted engine catches up from there, inclusive, and
-  drops what it had already read. A bounded set of recent entries also drops the overlap of a
-  reconnect (a tail reopened at the last timestamp replays lines we have).
+- **positions**: per Loki stream, the nanosecond timestamp of the last line read and short
+  hashes of the lines read at exactly that nanosecond (``StreamPosition``, ``restore``): a
+  reader restarted from them catches up from there, inclusive, and drops what it had read. A
+  bounded set of recent entries drops the overlap of a reconnect (a tail reopened at the last
+  timestamp replays lines we have). The engine stores positions per *output stream* of a
+  workload, as far as detection consumed them (``signals.loki_book``), and places the reader's
+  first catch-up there (``start_at``).
 - **labels -> workload**: the stream labels name the job, attempt, rank and host; which label
   carries which is configurable (``LokiLabels``), since every shipper names them differently.
 - **errors**: HTTP 4xx/5xx, timeouts, refused connections, malformed JSON and WebSocket closes
