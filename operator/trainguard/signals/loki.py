@@ -613,12 +613,12 @@ class LokiReader:
                         if message.dropped:
                             await self._dropped(message.dropped)
                     raise LokiError("tail socket closed by the server")
-            except LokiError as exc:
+            except Exception as exc:  # whatever Loki (or a bug of ours) does, the reader retries, never dies
                 self.connected.clear()
                 failures += 1
                 self.errors += 1
                 self.changed.set()
-                self._failed(str(exc))
+                self._failed(str(exc) if isinstance(exc, LokiError) else f"unexpected {type(exc).__name__}: {exc}")
                 delay = min(self._backoff[1], self._backoff[0] * 2 ** min(failures - 1, 16))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay * random.uniform(0.8, 1.2))
