@@ -21,8 +21,10 @@ import datetime
 import json
 import os
 import socket
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -127,3 +129,29 @@ class Shipper:
                                       timeout=aiohttp.ClientTimeout(total=10)) as resp:
             resp.raise_for_status()
         self._retry = []
+
+
+@contextlib.contextmanager
+def in_thread(url: str, files: Callable[[], Sequence[tuple[str, dict[str, str]]]],
+              **options: Any) -> Iterator[Shipper]:
+    """A ``Shipper`` on an event loop of its own thread, for synchronous tests (the e2e tier)."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    stop = asyncio.Event()
+    holder: list[Shipper] = []
+
+    async def main() -> None:
+        async with Shipper(url, files, **options) as shipper:
+            holder.append(shipper)
+            ready.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), name="log-shipper", daemon=True)
+    thread.start()
+    ready.wait(timeout=30)
+    try:
+        yield holder[0]
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=30)
+        loop.close()

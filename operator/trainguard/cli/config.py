@@ -138,6 +138,8 @@ class Settings(BaseSettings):
     victorialogs_host_field: str = Field("host", description="VictoriaLogs field holding the node a line came from "
                                          "(used for streams other than the job's shared output file)",
                                          json_schema_extra=_flag(metavar="FIELD"))
+    victorialogs_rank_field: str = Field("rank", description="VictoriaLogs field holding the rank that printed a "
+                                         "line, when the shipper knows it", json_schema_extra=_flag(metavar="FIELD"))
     loki_url: str | None = Field(None, description="Loki base URL, e.g. http://loki:3100: job output is read from "
                                  "it instead of the output files", json_schema_extra=_flag(metavar="URL"))
     loki_selector: str = Field("", description="extra LogQL label matchers for every Loki query, e.g. "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
 from trainguard.cli import common, config
@@ -41,10 +42,16 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handler call otherwise
     if common.load_catalog("operator", cfg.patterns_file) is None:  # one line now, not a kopf traceback later
         return common.USAGE_ERROR
+    from trainguard.cli import run as run_mod
     from trainguard.k8s import operator
 
     namespaces = cfg.namespaces()
     assert cfg.scheduler is not None
+    try:
+        loki = run_mod.loki_config(cfg)
+    except config.ConfigError as exc:  # an unreadable Loki secret file: one line
+        print(f"trainguard operator: {exc}", file=sys.stderr)
+        return common.USAGE_ERROR
     operator_config = operator.OperatorConfig(
         scheduler=cfg.scheduler,
         namespaces=namespaces,
@@ -64,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
         rest_fallback=cfg.rest_fallback,
         patterns_files=tuple(cfg.patterns_file),
         slinky_namespace=cfg.slinky_namespace,
+        victorialogs=run_mod.victorialogs_config(cfg),
+        loki=loki,
     )
     code: int = operator.main(operator_config)
     return code

@@ -23,7 +23,7 @@ from trainguard.cli import config
 if TYPE_CHECKING:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
-    from trainguard.signals import loki, sources, victorialogs
+    from trainguard.signals import loki, loki_book, sources, victorialogs
 
 logger = logging.getLogger("trainguard.run")
 
@@ -181,33 +181,46 @@ async def _main(
 def log_source(cfg: config.Settings) -> tuple[sources.BookFactory, victorialogs.Client | loki.LokiClient | None]:
     """Where job output is read from: VictoriaLogs when ``victorialogs_url`` is set, Loki when
     ``loki_url`` is (not both), else the files."""
-    from trainguard.signals import sources, victorialogs
+    from trainguard.signals import loki_book, sources, victorialogs
 
-    if cfg.loki_url:
-        return loki_source(cfg)
-    if not cfg.victorialogs_url:
+    try:
+        found_loki = loki_config(cfg)
+    except config.ConfigError as exc:
+        raise _Fatal(str(exc)) from exc
+    if found_loki is not None:
+        return loki_book.books(found_loki)
+    found = victorialogs_config(cfg)
+    if found is None:
         return sources.file_books, None
+    return victorialogs.books(found)
+
+
+def victorialogs_config(cfg: config.Settings) -> victorialogs.Config | None:
+    """The VictoriaLogs source's settings, or None when ``victorialogs_url`` is not set (files)."""
+    from trainguard.signals import victorialogs
+
+    if not cfg.victorialogs_url:
+        return None
     logger.info("job output is read from VictoriaLogs at %s (fields: job %s, file %s, host %s)",
                 cfg.victorialogs_url, cfg.victorialogs_job_field, cfg.victorialogs_path_field,
                 cfg.victorialogs_host_field)
-    return victorialogs.books(victorialogs.Config(
-        url=cfg.victorialogs_url, job_field=cfg.victorialogs_job_field, path_field=cfg.victorialogs_path_field,
-        host_field=cfg.victorialogs_host_field))
+    return victorialogs.Config(url=cfg.victorialogs_url, job_field=cfg.victorialogs_job_field,
+                               path_field=cfg.victorialogs_path_field, host_field=cfg.victorialogs_host_field,
+                               rank_field=cfg.victorialogs_rank_field)
 
 
-def loki_source(cfg: config.Settings) -> tuple[sources.BookFactory, loki.LokiClient]:
-    """The Loki book factory from the settings (secrets read from their files now: a bad one stops the start)."""
+def loki_config(cfg: config.Settings) -> loki_book.Config | None:
+    """The Loki source's settings, or None when ``loki_url`` is not set. Its secrets are read from
+    their files now (``config.ConfigError``: the start stops with one line)."""
     from trainguard.signals import loki, loki_book
 
-    assert cfg.loki_url is not None
-    try:
-        token, password = cfg.loki_secrets()
-    except config.ConfigError as exc:
-        raise _Fatal(str(exc)) from exc
+    if not cfg.loki_url:
+        return None
+    token, password = cfg.loki_secrets()
     labels = loki.LokiLabels(job=cfg.loki_job_label, rank=cfg.loki_rank_label, host=cfg.loki_host_label)
     auth = loki.LokiAuth(tenant=cfg.loki_tenant, bearer_token=token, username=cfg.loki_username, password=password)
     logger.info("job output is read from Loki at %s (labels: job %s, file %s, host %s, rank %s%s)", cfg.loki_url,
                 cfg.loki_job_label, cfg.loki_path_label, cfg.loki_host_label, cfg.loki_rank_label,
                 f", tenant {cfg.loki_tenant}" if cfg.loki_tenant else "")
-    return loki_book.books(loki_book.Config(url=cfg.loki_url, selector=cfg.loki_selector, labels=labels,
-                                            path_label=cfg.loki_path_label, auth=auth))
+    return loki_book.Config(url=cfg.loki_url, selector=cfg.loki_selector, labels=labels,
+                            path_label=cfg.loki_path_label, auth=auth)

@@ -55,6 +55,7 @@ from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base, factory
+from trainguard.signals import loki, loki_book, sources, victorialogs
 from trainguard.store import audit, database
 
 logger = logging.getLogger("trainguard.operator")
@@ -101,6 +102,10 @@ class OperatorConfig:
     slinky_namespace: str | None = None
     """Namespace of a Slinky cluster's slurmd pods; when set, lemon nodes of Action-mode advice are
     isolated by cordoning their Kubernetes node (policy must allow ``cordonNode``)."""
+    victorialogs: victorialogs.Config | None = None
+    loki: loki_book.Config | None = None
+    """Read job output from this Loki instead of the output files (not together with ``victorialogs``)."""
+    """Read job output from this VictoriaLogs server instead of the output files (``signals.sources``)."""
 
 
 @dataclass
@@ -133,6 +138,9 @@ class Shell:
     untracked_since: dict[str, float] = field(default_factory=dict)
     stats: status.SyncStats = field(default_factory=status.SyncStats)
     clock: clock.Clock = field(default_factory=clock.SystemClock)
+    log_client: victorialogs.Client | loki.LokiClient | None = None
+    log_books: sources.BookFactory = sources.file_books
+    """Where the engine reads job output from (set once at start from ``config.victorialogs`` or ``config.loki``)."""
     health: health_mod.Health = field(default_factory=health_mod.Health)
     """Liveness (heartbeat) and readiness (scheduler, store) of this replica (``trainguard.health``)."""
 
@@ -415,6 +423,10 @@ class Shell:
             for body in await _patiently(functools.partial(self._list_policies, namespace)):
                 self.book.put(policies.read(body))
         self.catalog, self.engine_settings = catalog, engine_settings
+        if config.victorialogs is not None and self.log_client is None:
+            self.log_books, self.log_client = victorialogs.books(config.victorialogs)
+        if config.loki is not None and self.log_client is None:
+            self.log_books, self.log_client = loki_book.books(config.loki)
         if config.peering is None:
             await self._begin_term()
         else:
@@ -443,6 +455,7 @@ class Shell:
         self.engine = engine_mod.Engine(
             self.scheduler, self.store, self.book.policy_set(), self.catalog, clock_=self.clock,
             settings=self.engine_settings, listeners=[self.on_record], health=self.health, fence=fence,
+            log_books=self.log_books,
         )
         self.health.standby = None
         for workload, mode in self.overrides.items():
@@ -512,6 +525,8 @@ class Shell:
             await store.close()
         if api is not None:
             await api.close()
+        if self.log_client is not None:
+            await self.log_client.close()
 
 
 STARTUP_PATIENCE_S: Final = 60.0

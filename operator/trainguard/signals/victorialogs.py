@@ -10,12 +10,16 @@ default ``filename``: the job's ``StdOut``/``StdErr`` path) and the node (``host
   server's tail skips, per stream, rows not newer than the last row it sent, and rows that
   became searchable after their time window passed; so beside it
 - a **sweep** (``/select/logsql/query``, sorted by ``_time``, paginated) runs on start, after
-  every reconnect and every ``sweep_s`` over the last ``window_s`` seconds: it fills what the
-  tail missed and is the catch-up after gaps, outages and restarts.
+  every reconnect and every ``sweep_s``: it reads from ``window_s`` seconds before the start of
+  the last complete sweep (on the first one: from the stored position or the attempt's start),
+  so it fills what the tail missed and is the catch-up after gaps, outages and restarts, however
+  long they were.
 
 Both feed one de-duplication: a row is identified by (time in ns, ``_stream_id``, a hash of the
-message), remembered for ``window_s`` beyond the newest time seen. A row older than that window
-is no longer told apart from one already read and is dropped (counted in the log).
+message), remembered while a sweep may still read it. A row that becomes searchable more than
+``window_s`` after the last complete sweep began, with a time before that, is read by neither
+and is dropped (counted in the log). The window also covers clock skew between the engine and
+the shippers up to that much.
 
 Position (a ``tailer.TailPosition``, stored in the existing tail-position table): ``offset`` is
 the time (ns) of the newest row handed to detection, ``inode`` how many rows at exactly that time
@@ -24,6 +28,8 @@ count. A restarted engine reads from that time again and skips the rows it had h
 
 Attempts: a row belongs to the attempt running at its time: from the scheduler's start time of
 the attempt on (``place_at_start``, ``attempt_start``), like the file book's attempt boundary.
+
+Rank: ``rank_field`` (default ``rank``), when a row has it, is the rank of the line.
 
 Node: ``host_field`` names the node a line came from only for streams that are not the job's
 shared ``StdOut``/``StdErr`` file (per-node files, container logs): the shared file is written
@@ -45,6 +51,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +78,9 @@ class Config:
     url: str
     job_field: str = "job_id"
     host_field: str = "host"
+    rank_field: str = "rank"
+    """Field with the rank of the process that printed the line, when the shipper knows it (per-rank
+    files, ``srun --output=%t``); otherwise the ``srun --label`` prefix in the text gives it."""
     path_field: str = "filename"
     tail_offset_s: float = 0.0
     """The tail's ``offset``: 0 for the lowest latency (the sweep catches rows it misses)."""
@@ -139,6 +149,7 @@ class Row:
     message: str
     host: str
     path: str
+    rank: int | None = None
 
     @property
     def key(self) -> tuple[int, str]:
@@ -279,7 +290,8 @@ class VictoriaLogsBook:
         self.files: list[Stream] = []
         self._buffer: collections.deque[Row | int] = collections.deque()
         self._seen: dict[tuple[int, str], None] = {}
-        self._newest = 0
+        self._swept = 0
+        """Wall time (ns) when the last complete sweep began: everything searchable then was read."""
         self._tasks: list[asyncio.Task[None]] = []
         self._closing: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
@@ -356,8 +368,10 @@ class VictoriaLogsBook:
 
     async def sweep(self) -> None:
         """Query every row of the job from the window's start on, page by page (the catch-up)."""
+        began = time.time_ns()
+        window = int(self._config.window_s * NS)
         floor = min((s.floor for s in self.files), default=0)
-        start = max(floor, self._newest - int(self._config.window_s * NS))
+        start = max(floor, self._swept - window)
         while True:
             q = (f"{self._job_filter()} _time:>={format_time(start)} | sort by (_time) "
                  f"| limit {self._config.page}")
@@ -370,6 +384,9 @@ class VictoriaLogsBook:
             if len(rows) < self._config.page or newest <= start:
                 break
             start = newest
+        self._swept = max(self._swept, began)
+        horizon = self._swept - window
+        self._seen = {k: None for k in self._seen if k[0] >= horizon}
         self.rounds += 1
 
     def _accept(self, raw: dict[str, Any]) -> Row | None:
@@ -381,25 +398,19 @@ class VictoriaLogsBook:
         try:
             row = Row(parse_time(str(raw["_time"])), str(raw.get("_stream_id", raw.get("_stream", ""))),
                       str(raw.get("_msg", "")), str(raw.get(self._config.host_field, "") or ""),
-                      str(raw.get(self._config.path_field, "") or ""))
+                      str(raw.get(self._config.path_field, "") or ""), _rank(raw.get(self._config.rank_field)))
         except (KeyError, ValueError, OverflowError):
             return None
         key = row.key
         if key in self._seen:
             return row
-        horizon = self._newest - int(self._config.window_s * NS)
-        if row.ns < horizon:
+        if row.ns < self._swept - int(self._config.window_s * NS):  # no sweep reads so far back again
             self.late_dropped += 1
             if self.late_dropped in (1, 100, 10_000):
                 logger.warning("%s: %d rows arrived more than %.0f s after newer ones and were not read",
                                self.workload, self.late_dropped, self._config.window_s)
             return row
         self._seen[key] = None
-        if row.ns > self._newest:
-            self._newest = row.ns
-            if len(self._seen) > 4 * self._config.page:
-                horizon = self._newest - int(self._config.window_s * NS)
-                self._seen = {k: None for k in self._seen if k[0] >= horizon}
         if len(self._buffer) >= self._config.max_buffer:
             self._buffer.popleft()
             self._buffer.appendleft(1)  # counted as dropped
@@ -444,15 +455,16 @@ class VictoriaLogsBook:
                        "this line dropped"
             for part in text.split("\n"):
                 self._line(s, out, part.rstrip("\r"), item.host if not own and item.host else None,
-                           key=(ns, digest), now=now)
+                           key=(ns, digest), now=now, rank=item.rank)
         return [(s, out[id(s)]) for s in self.files]
 
     def _line(self, s: Stream, out: dict[int, list[signals.LogLine]], text: str, node: str | None, *,
-              key: tuple[int, str] | None, now: float) -> None:
+              key: tuple[int, str] | None, now: float, rank: int | None = None) -> None:
         s.lineno += 1
         if key is not None:
             s.lines[s.lineno] = key
-        out[id(s)].append(signals.LogLine(text=text, lineno=s.lineno, received_at=now, source=s.source, node=node))
+        out[id(s)].append(signals.LogLine(text=text, lineno=s.lineno, received_at=now, source=s.source, node=node,
+                                          rank=rank))
 
     def consume(self, f: Stream, line: signals.LogLine) -> None:
         key = f.lines.get(line.lineno)
@@ -521,6 +533,12 @@ class VictoriaLogsBook:
     def mark_saved(self, files: list[Stream]) -> None:
         for s in files:
             s.saved = s.consumed
+
+
+def _rank(value: object) -> int | None:
+    """A rank field's value (a small non-negative integer), or None."""
+    text = str(value).strip() if value is not None else ""
+    return int(text) if text.isdigit() and len(text) <= 7 else None
 
 
 def books(config: Config) -> tuple[sources.BookFactory, Client]:

@@ -209,3 +209,53 @@ async def test_an_unreachable_server_is_retried_without_crashing() -> None:
         assert "Connect" in client.last_error or "connect" in client.last_error
     finally:
         await shut(book)
+
+
+async def test_a_backlog_older_than_the_window_is_caught_up_after_a_newer_tail_row(
+        victorialogs: VictoriaLogsServer) -> None:
+    """After a long outage or restart the tail may deliver fresh rows before the first sweep has
+    read the backlog: the backlog must still be read in full (the window bounds only how late a
+    row may arrive after rows already swept, not how far back a catch-up goes)."""
+    now = time.time_ns()
+    await push(victorialogs.url, [(now - 120 * vl.NS + i, f"backlog {i}") for i in range(3)])
+    await push(victorialogs.url, [(now, "fresh")])
+    client = vl.Client(vl.Config(url=victorialogs.url, sweep_s=0.5, window_s=5.0))
+    book = vl.VictoriaLogsBook("w42", "42", clock.SystemClock(), client)
+    # the tail's first row, before any sweep ran (as when the tail answers first)
+    [fresh] = await client.query('job_id:="42" _msg:="fresh"')
+    book._accept(fresh)
+    book.add(OUT, "stdout")
+    try:
+        got = await read_until(book, 4)
+        assert sorted(got) == ["backlog 0", "backlog 1", "backlog 2", "fresh"]
+        assert await settled(book) == []
+    finally:
+        await shut(book)
+
+
+async def test_rank_and_host_fields_of_per_node_streams(victorialogs: VictoriaLogsServer) -> None:
+    """A per-node stream (not the job's shared output file) names its node; a rank field its rank."""
+    now = time.time_ns()
+    body = json.dumps({"ts": _ts(now), "log": "NCCL WARN Net : Connection closed", "job_id": "42",
+                       "filename": "/var/log/pods/train-1/0.log", "host": "node2", "rank": "3"}) + "\n"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{victorialogs.url}/insert/jsonline?_stream_fields=job_id,host,filename&_msg_field=log"
+                          "&_time_field=ts", data=body, headers={"Content-Type": "application/stream+json"}):
+            pass
+        async with s.get(f"{victorialogs.url}/internal/force_flush"):
+            pass
+    await push(victorialogs.url, [(now + 1, "shared file line")])
+    book = new_book(victorialogs.url)
+    try:
+        lines = []
+        deadline = time.monotonic() + WAIT_S
+        while len(lines) < 2:
+            assert time.monotonic() < deadline
+            lines += [x for _f, batch in await book.read() for x in batch]
+            await asyncio.sleep(0.05)
+        by_text = {x.text: x for x in lines}
+        assert (by_text["NCCL WARN Net : Connection closed"].node, by_text["NCCL WARN Net : Connection closed"].rank) \
+            == ("node2", 3)
+        assert (by_text["shared file line"].node, by_text["shared file line"].rank) == (None, None)
+    finally:
+        await shut(book)

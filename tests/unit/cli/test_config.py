@@ -176,3 +176,26 @@ def test_builtin_default_policy_is_monitor_even_with_mode_action() -> None:
     policies = run_cli.load_policies(settings.policy)
     (policy,) = policies.policies
     assert policy.spec.mode == vocab.Mode.MONITOR
+
+
+async def test_the_log_source_is_victorialogs_when_its_url_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainguard.model import clock
+    from trainguard.signals import tailbook, victorialogs
+
+    settings, _ = parse("run", "--scheduler", "slurm-local")
+    assert isinstance(settings, config.RunSettings)
+    books, client = run_cli.log_source(settings)
+    assert client is None and isinstance(books("w", "1", clock.ManualClock(0.0), None), tailbook.TailBook)
+
+    monkeypatch.setenv("TRAINGUARD_VICTORIALOGS_URL", "http://127.0.0.1:9428")
+    monkeypatch.setenv("TRAINGUARD_VICTORIALOGS_JOB_FIELD", "slurm_job")
+    settings, _ = parse("operator", "--scheduler", "slurm-local", "--victorialogs-path-field", "file")
+    assert isinstance(settings, config.OperatorSettings)
+    found = run_cli.victorialogs_config(settings)
+    assert found is not None and (found.url, found.job_field, found.path_field, found.host_field) == (
+        "http://127.0.0.1:9428", "slurm_job", "file", "host")
+    books, client = run_cli.log_source(settings)
+    assert client is not None
+    book = books("w", "1", clock.ManualClock(0.0), None)
+    assert isinstance(book, victorialogs.VictoriaLogsBook) and book.kind != "files"
+    await client.close()

@@ -67,3 +67,17 @@ def test_contradictions_and_unreadable_secrets_are_one_line(tmp_path: Path) -> N
     cfg = parse("--loki-url", "http://loki:3100", "--loki-token-file", str(tmp_path / "missing"))
     with pytest.raises(run_cli._Fatal, match="loki_token_file: cannot read"):
         run_cli.log_source(cfg)
+
+
+def test_the_operator_reads_the_same_loki_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = main.build_parser().parse_args(["operator", "--scheduler", "slurm-local", "--loki-url", "http://loki:3100",
+                                           "--loki-host-label", "node"])
+    settings = config.load(config.OperatorSettings, config.flags_of(args, config.OperatorSettings))
+    found = run_cli.loki_config(settings)
+    assert found is not None and (found.url, found.labels.host, found.labels.job) == ("http://loki:3100", "node",
+                                                                                      "job_id")
+    # An unreadable secret file stops `trainguard operator` with one line, before kopf starts.
+    code = main.main(["operator", "--scheduler", "slurm-local", "--loki-url", "http://loki:3100",
+                      "--loki-token-file", str(tmp_path / "missing")])
+    err = capsys.readouterr().err
+    assert code == 2 and "loki_token_file: cannot read" in err and len(err.strip().splitlines()) == 1
