@@ -582,13 +582,12 @@ class LokiReader:
         return taken
 
     def _start_ns(self, now: int) -> int:
-        floor = now - self._since_ns
-        stored = [c.ns for c in self._cursors.values() if c.ns]
-        if not stored:
-            return self._floor_ns or floor
-        # The oldest stream position (a stream behind the newest one still has lines to read),
-        # but never older than ``since_s``: a stream of a job that ended long ago has nothing new.
-        return max(floor, min(stored))
+        if self._resume_ns is not None:
+            # The newest line read (or restored), inclusive: lines are read in time order across
+            # the streams, so every stream is read up to it; a stream that went quiet long ago
+            # does not send every reconnect back through its whole history.
+            return self._resume_ns
+        return self._floor_ns or now - self._since_ns
 
     # -------------------------------------------------------------- the task
 

@@ -116,10 +116,14 @@ async def test_reconnect_catches_up_without_loss_or_duplicates(replay: LokiRepla
     def msg(*values: tuple[int, str]) -> dict[str, object]:
         return {"streams": [{"stream": r0, "values": [[str(ns), text] for ns, text in values]}]}
 
+    # The first catch-up finds one line of rank 1, which then stays quiet.
+    r1 = {**r0, "rank": "1", "host": "node2"}
+    replay.ranges.append({"status": "success", "data": {"resultType": "streams", "result": [
+        {"stream": r1, "values": [[str(T + 1), "quiet"]]}]}})
     async with running(r):
         await until(r, r.connected.is_set)
         await replay.send(msg((T + 10, "a"), (T + 20, "b")))
-        await until(r, lambda: got() == ["a", "b"])
+        await until(r, lambda: got() == ["quiet", "a", "b"])
         # While the socket is down, "c" reaches Loki; the catch-up answer repeats "b" (from its ns on).
         replay.ranges.append({"status": "success", "data": {"resultType": "streams", "result": [
             {"stream": r0, "values": [[str(T + 20), "b"], [str(T + 30), "c"]]}]}})
@@ -128,8 +132,9 @@ async def test_reconnect_catches_up_without_loss_or_duplicates(replay: LokiRepla
         # The new tail replays from the last timestamp read: "b" and "c" again, then "d" is new.
         await replay.send(msg((T + 20, "b"), (T + 30, "c"), (T + 40, "d")))
         await until(r, lambda: "d" in got())
-    assert got() == ["a", "b", "c", "d"]
-    assert [x.line.lineno for x in got.lines] == [1, 2, 3, 4]
+    assert got() == ["quiet", "a", "b", "c", "d"]
+    assert [x.line.lineno for x in got.lines] == [1, 1, 2, 3, 4]
+    # The catch-up starts at the newest line read, not at the quiet stream's older position.
     assert replay.queries()[-1]["start"] == str(T + 20)
     assert replay.tails()[-1]["start"] == str(T + 30)
 
