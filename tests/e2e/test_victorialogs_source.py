@@ -11,6 +11,8 @@ the job completes on the others.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,11 @@ def test_hardware_crash_read_only_from_victorialogs_is_recovered_without_the_bad
             assert len(advice) == 1 and advice[0]["payload"]["exclusions"] == [bad], why
             assert not harness.of_kind(records, "advice", 1), "the healthy second attempt is left alone"
             assert "job output is read from VictoriaLogs" in runner.log()
+            # the stored read positions are the log store's (row times in ns), not byte offsets of the file
+            with contextlib.closing(sqlite3.connect(directory / "audit.db")) as db:
+                offsets = [row[0] for row in db.execute(
+                    "SELECT byte_offset FROM tail_positions WHERE workload LIKE ?", (f"%{job_id}",))]
+            assert offsets and all(o > 10**18 for o in offsets), offsets
         finally:
             for job_id in ids:
                 harness.cancel_if_active(slurm_cluster, job_id)

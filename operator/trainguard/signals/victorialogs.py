@@ -174,8 +174,10 @@ class Client:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            # identity: with gzip the server holds a tail's headers until its first row
-            self._session = aiohttp.ClientSession(headers={"Accept-Encoding": "identity"})
+            # identity: with gzip the server holds a tail's headers until its first row. No connection
+            # limit: every tracked workload holds one tail open, and a pool of 100 would starve the sweeps.
+            self._session = aiohttp.ClientSession(headers={"Accept-Encoding": "identity"},
+                                                  connector=aiohttp.TCPConnector(limit=0))
         return self._session
 
     async def close(self) -> None:

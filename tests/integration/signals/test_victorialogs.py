@@ -259,3 +259,28 @@ async def test_rank_and_host_fields_of_per_node_streams(victorialogs: VictoriaLo
         assert (by_text["shared file line"].node, by_text["shared file line"].rank) == (None, None)
     finally:
         await shut(book)
+
+
+async def test_many_workloads_share_one_client_without_starving(victorialogs: VictoriaLogsServer) -> None:
+    """Each workload holds a tail open; with more workloads than a default connection pool (100),
+    every one must still be caught up by its sweeps."""
+    client = vl.Client(vl.Config(url=victorialogs.url, sweep_s=1.0))
+    now = time.time_ns()
+    count = 110
+    await push(victorialogs.url, [(now + i, f"line of {i}") for i in range(1)], job="0")
+    for i in range(1, count):
+        await push(victorialogs.url, [(now + i, f"line of {i}")], job=str(i))
+    books = []
+    for i in range(count):
+        book = vl.VictoriaLogsBook(f"w{i}", str(i), clock.SystemClock(), client)
+        book.add(OUT, "stdout")
+        books.append(book)
+    try:
+        for i, book in enumerate(books):
+            assert await read_until(book, 1) == [f"line of {i}"]
+    finally:
+        for book in books:
+            book.close()
+        for book in books:
+            await book.wait_closed()
+        await client.close()
