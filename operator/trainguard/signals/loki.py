@@ -240,7 +240,9 @@ class LokiClient:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(headers=self._headers)
+            # No connection limit: every tracked job holds its tail WebSocket open on this session,
+            # and aiohttp's default pool of 100 would leave the catch-up queries waiting.
+            self._session = aiohttp.ClientSession(headers=self._headers, connector=aiohttp.TCPConnector(limit=0))
         return self._session
 
     async def close(self) -> None:

@@ -254,3 +254,18 @@ async def test_a_too_large_answer_is_asked_again_in_smaller_pages(replay: LokiRe
     await r.client.close()
     assert texts(r) == ["a"]
     assert [(q["limit"], q["start"]) for q in replay.queries()] == [("3", str(T)), ("1", str(T)), ("1", str(T))]
+
+
+async def test_many_open_tails_do_not_starve_the_catch_up(replay: LokiReplay) -> None:
+    """Every tracked job holds one tail WebSocket on the shared client: more than aiohttp's default
+    pool of 100 must not leave a catch-up query waiting for a free connection."""
+    client = loki.LokiClient(replay.url, timeout_s=10.0)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            for n in range(101):
+                await stack.enter_async_context(client.tail(f'{{job_id="{n}"}}', T))
+            assert replay.tail_connections == 101
+            async with asyncio.timeout(5):
+                assert await client.query_range(QUERY, T, T + 1, 10) == []
+    finally:
+        await client.close()
