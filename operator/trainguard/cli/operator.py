@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
 from trainguard.cli import common, config
@@ -47,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
 
     namespaces = cfg.namespaces()
     assert cfg.scheduler is not None
+    try:
+        loki = run_mod.loki_config(cfg)
+    except config.ConfigError as exc:  # an unreadable Loki secret file: one line
+        print(f"trainguard operator: {exc}", file=sys.stderr)
+        return common.USAGE_ERROR
     operator_config = operator.OperatorConfig(
         scheduler=cfg.scheduler,
         namespaces=namespaces,
@@ -69,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         patterns_files=tuple(cfg.patterns_file),
         slinky_namespace=cfg.slinky_namespace,
         victorialogs=run_mod.victorialogs_config(cfg),
+        loki=loki,
     )
     code: int = operator.main(operator_config)
     return code

@@ -23,7 +23,7 @@ from trainguard.cli import config
 if TYPE_CHECKING:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
-    from trainguard.signals import sources, victorialogs
+    from trainguard.signals import loki, loki_book, sources, victorialogs
 
 logger = logging.getLogger("trainguard.run")
 
@@ -109,6 +109,7 @@ async def _main(
 
     db_url = cfg.database_url()
     env = cfg.scheduler_env()
+    log_books, log_client = log_source(cfg)  # before anything is opened: a bad secret file is one line
     assert cfg.scheduler is not None
     try:
         fallback = None
@@ -132,7 +133,6 @@ async def _main(
         await scheduler.close()
         raise _Fatal(str(exc)) from exc
     health = health_mod.Health()
-    log_books, log_client = log_source(cfg)
     engine = engine_mod.Engine(
         scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health,
         log_books=log_books,
@@ -183,10 +183,17 @@ async def _main(
     return 0
 
 
-def log_source(cfg: config.Settings) -> tuple[sources.BookFactory, victorialogs.Client | None]:
-    """Where job output is read from: VictoriaLogs when ``victorialogs_url`` is set, else the files."""
-    from trainguard.signals import sources, victorialogs
+def log_source(cfg: config.Settings) -> tuple[sources.BookFactory, victorialogs.Client | loki.LokiClient | None]:
+    """Where job output is read from: VictoriaLogs when ``victorialogs_url`` is set, Loki when
+    ``loki_url`` is (not both), else the files."""
+    from trainguard.signals import loki_book, sources, victorialogs
 
+    try:
+        found_loki = loki_config(cfg)
+    except config.ConfigError as exc:
+        raise _Fatal(str(exc)) from exc
+    if found_loki is not None:
+        return loki_book.books(found_loki)
     found = victorialogs_config(cfg)
     if found is None:
         return sources.file_books, None
@@ -205,3 +212,20 @@ def victorialogs_config(cfg: config.Settings) -> victorialogs.Config | None:
     return victorialogs.Config(url=cfg.victorialogs_url, job_field=cfg.victorialogs_job_field,
                                path_field=cfg.victorialogs_path_field, host_field=cfg.victorialogs_host_field,
                                rank_field=cfg.victorialogs_rank_field)
+
+
+def loki_config(cfg: config.Settings) -> loki_book.Config | None:
+    """The Loki source's settings, or None when ``loki_url`` is not set. Its secrets are read from
+    their files now (``config.ConfigError``: the start stops with one line)."""
+    from trainguard.signals import loki, loki_book
+
+    if not cfg.loki_url:
+        return None
+    token, password = cfg.loki_secrets()
+    labels = loki.LokiLabels(job=cfg.loki_job_label, rank=cfg.loki_rank_label, host=cfg.loki_host_label)
+    auth = loki.LokiAuth(tenant=cfg.loki_tenant, bearer_token=token, username=cfg.loki_username, password=password)
+    logger.info("job output is read from Loki at %s (labels: job %s, file %s, host %s, rank %s%s)", cfg.loki_url,
+                cfg.loki_job_label, cfg.loki_path_label, cfg.loki_host_label, cfg.loki_rank_label,
+                f", tenant {cfg.loki_tenant}" if cfg.loki_tenant else "")
+    return loki_book.Config(url=cfg.loki_url, selector=cfg.loki_selector, labels=labels,
+                            path_label=cfg.loki_path_label, auth=auth)

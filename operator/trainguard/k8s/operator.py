@@ -57,7 +57,7 @@ from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base, factory, tokens
-from trainguard.signals import sources, victorialogs
+from trainguard.signals import loki, loki_book, sources, victorialogs
 from trainguard.store import audit, database
 
 logger = logging.getLogger("trainguard.operator")
@@ -111,6 +111,8 @@ class OperatorConfig:
     """Namespace of a Slinky cluster's slurmd pods; when set, lemon nodes of Action-mode advice are
     isolated by cordoning their Kubernetes node (policy must allow ``cordonNode``)."""
     victorialogs: victorialogs.Config | None = None
+    loki: loki_book.Config | None = None
+    """Read job output from this Loki instead of the output files (not together with ``victorialogs``)."""
     """Read job output from this VictoriaLogs server instead of the output files (``signals.sources``)."""
 
 
@@ -144,9 +146,9 @@ class Shell:
     untracked_since: dict[str, float] = field(default_factory=dict)
     stats: status.SyncStats = field(default_factory=status.SyncStats)
     clock: clock.Clock = field(default_factory=clock.SystemClock)
-    log_client: victorialogs.Client | None = None
+    log_client: victorialogs.Client | loki.LokiClient | None = None
     log_books: sources.BookFactory = sources.file_books
-    """Where the engine reads job output from (set once at start from ``config.victorialogs``)."""
+    """Where the engine reads job output from (set once at start from ``config.victorialogs`` or ``config.loki``)."""
     health: health_mod.Health = field(default_factory=health_mod.Health)
     """Liveness (heartbeat) and readiness (scheduler, store) of this replica (``trainguard.health``)."""
 
@@ -431,6 +433,8 @@ class Shell:
         self.catalog, self.engine_settings = catalog, engine_settings
         if config.victorialogs is not None and self.log_client is None:
             self.log_books, self.log_client = victorialogs.books(config.victorialogs)
+        if config.loki is not None and self.log_client is None:
+            self.log_books, self.log_client = loki_book.books(config.loki)
         if config.peering is None:
             await self._begin_term()
         else:
