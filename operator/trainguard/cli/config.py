@@ -298,6 +298,40 @@ class OperatorSettings(Settings):
                 or self.pod_namespace or "default"}
 
 
+class DoctorSettings(Settings):
+    """``trainguard doctor``: the settings of ``run`` (same flags, environment and config file), checked
+    against the live endpoints instead of run. Nothing is required: what is not configured is reported."""
+
+    COMMAND: ClassVar[str] = "doctor"
+
+    policy: PathList = Field(default_factory=list, description="RecoveryPolicy YAML file to validate (repeatable; "
+                             "comma-separated in the environment)", json_schema_extra=_flag(metavar="FILE"))
+    ssh_key: PathList = Field(default_factory=list, description="SSH private key for slurm-ssh (repeatable)",
+                              json_schema_extra=_flag(metavar="FILE"))
+    known_hosts: Path | None = Field(None, description="SSH known_hosts file for slurm-ssh",
+                                     json_schema_extra=_flag(metavar="FILE"))
+    victorialogs_job_field: str = Field("job_id", description="VictoriaLogs field holding the Slurm job id",
+                                        json_schema_extra=_flag(metavar="FIELD"))
+    victorialogs_host_field: str = Field("host", description="VictoriaLogs field holding the node name",
+                                         json_schema_extra=_flag(metavar="FIELD"))
+    victorialogs_path_field: str = Field("filename", description="VictoriaLogs field holding the output file path",
+                                         json_schema_extra=_flag(metavar="FIELD"))
+    loki_job_label: str = Field("job_id", description="Loki stream label holding the Slurm job id",
+                                json_schema_extra=_flag(metavar="LABEL"))
+    loki_host_label: str = Field("host", description="Loki stream label holding the node name",
+                                 json_schema_extra=_flag(metavar="LABEL"))
+    prometheus_hostname_label: str = Field("Hostname", description="label of the DCGM metrics naming the node "
+                                           "(DCGM exporter's default: Hostname)",
+                                           json_schema_extra=_flag(metavar="LABEL"))
+    check_timeout: float = Field(10.0, gt=0, description="seconds one check may take before it is reported as "
+                                 "failed", json_schema_extra=_flag(metavar="SECONDS"))
+
+    @field_validator("policy", "ssh_key", mode="before")
+    @classmethod
+    def _split_paths(cls, value: Any) -> Any:
+        return _split_list(value)
+
+
 class ConfigFileSource(PydanticBaseSettingsSource):
     """The YAML config file: a mapping of setting names (``-`` or ``_``) to values."""
 
