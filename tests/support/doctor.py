@@ -3,15 +3,18 @@ one JSON object parsed and checked against the contract."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from trainguard.cli import main as cli_main
 
@@ -56,3 +59,32 @@ def run_doctor(monkeypatch: pytest.MonkeyPatch, *args: str, env: Mapping[str, st
 class BrokenCluster:
     env: dict[str, str]
     """SLURM_CONF (and PATH for a cluster from a root) of the JobRequeue=0 cluster."""
+
+
+@contextlib.contextmanager
+def serve(app: web.Application) -> Iterator[str]:
+    """``app`` on a free loopback port, run by its own event loop in a thread (doctor runs its own
+    loop in the test's thread); yields the base URL."""
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    ready = threading.Event()
+    state: dict[str, Any] = {}
+
+    async def start() -> None:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        state["port"] = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        ready.set()
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    assert ready.is_set()
+    try:
+        yield f"http://127.0.0.1:{state['port']}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()

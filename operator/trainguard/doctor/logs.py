@@ -125,13 +125,17 @@ async def loki(session: aiohttp.ClientSession, url: str, *, job_label: str, host
         return [*checks, fail(f"{name}.streams", http.describe_status(answer, "/loki/api/v1/query_range"))]
     rows = _loki_rows(answer.json())
     if not rows:
-        # No stream carries the job label: say which labels do exist, so the setting can be fixed.
+        # No recent line carries the job label: a store without that label at all is misconfigured
+        # (fail, naming the labels it has); one with the label but no recent line is just quiet.
         labels = await _loki_labels(session, url, limit_s)
-        have = ", ".join(labels) if labels else "none"
-        return [*checks, warn(f"{name}.streams", f"no line in the last {RECENT} carries the label {job_label!r} "
-                              f"(labels in the store: {have})",
-                              f"set loki_job_label to the label holding the Slurm job id, or make the shipper "
-                              f"add {job_label!r}", {"labels": labels})]
+        if labels and job_label not in labels:
+            return [*checks, fail(f"{name}.streams", f"no stream carries the label {job_label!r} that maps a line "
+                                  f"to its job (labels in the store: {', '.join(labels)})",
+                                  f"set loki_job_label to the label holding the Slurm job id, or make the shipper "
+                                  f"add {job_label!r}", {"labels": labels})]
+        return [*checks, warn(f"{name}.streams", f"no line with the label {job_label!r} in the last {RECENT}: "
+                              "nothing to check the fields on", "run a job with a log shipper pointed at this "
+                              "store, then run doctor again", {"labels": labels})]
     checks.extend(stream_checks(name, rows, fields={"job": job_label, "host": host_label},
                                 settings={"job": "loki_job_label", "host": "loki_host_label"},
                                 stream_of=lambda row: _loki_stream_text(row["_labels"]),

@@ -81,7 +81,7 @@ _MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
 
 def to_table(checks: Sequence[Check], width: int = 100) -> str:
     """A readable table: status, check name, message; the fix on the line below a warn or fail."""
-    name_w = max((len(c.name) for c in checks), default=5)
+    name_w = max([len("CHECK"), *(len(c.name) for c in checks)])
     lines = [f"{'STATUS':<6}  {'CHECK':<{name_w}}  MESSAGE"]
     indent = " " * (6 + 2 + name_w + 2)
     text_w = max(40, width - len(indent))
