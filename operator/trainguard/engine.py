@@ -39,7 +39,7 @@ from trainguard.model import actions, advice, anomalies, clock, limits, routing,
 from trainguard.policy import blast_radius, decide, ledger, loader, overrides
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base
-from trainguard.signals import discovery, fileio, resume, tailbook, tailer
+from trainguard.signals import discovery, fileio, resume, sources, tailbook, tailer
 from trainguard.store import audit
 
 logger = logging.getLogger(__name__)
@@ -69,8 +69,8 @@ class WorkloadRuntime:
     spec: policy_model.RecoveryPolicySpec | None
     """The effective policy; None when no policy covers the job (recorded, never acted on)."""
     detector: stream.WorkloadDetector | None
-    book: tailbook.TailBook
-    """The job's output files: tailers, how far detection got, where the attempt starts."""
+    book: sources.LogBook
+    """The job's output (files or a log store): how far detection got, where the attempt starts."""
     history: ledger.WorkloadHistory
     checkpoint_re: re.Pattern[str] | None
     matcher: matcher_mod.Matcher | None
@@ -99,7 +99,7 @@ class WorkloadRuntime:
 
     @property
     def tailers(self) -> list[tailer.LogTailer]:
-        return [f.tailer for f in self.book.files]
+        return [f.tailer for f in self.book.files if isinstance(f, tailbook.Followed)]
 
 
 class Engine:
@@ -117,6 +117,7 @@ class Engine:
         listeners: Sequence[Listener] = (),
         health: health_mod.Health | None = None,
         fence: act_ports.Fence = act_ports.ALWAYS_LEADER,
+        log_books: sources.BookFactory = sources.file_books,
     ) -> None:
         self.scheduler = scheduler
         self.health = health if health is not None else health_mod.Health()
@@ -138,6 +139,8 @@ class Engine:
         """Compiled matchers by the policy's extra patterns (most policies share ``_base_matcher``)."""
         self._base_matcher = matcher_mod.build_matcher(catalog)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.log_books = log_books
+        """Makes each workload's book: the log source of this installation (``signals.sources``)."""
         self.file_pool = fileio.FilePool()
         """Threads for output-file I/O: a hung NFS/Lustre read never blocks the event loop."""
         self.started_at = clock_.now()
@@ -330,7 +333,7 @@ class Engine:
         checkpoint = re.compile(spec.detection.checkpoint_regex) if spec is not None else None
         rt = WorkloadRuntime(
             workload=job.workload, job=job, policy_name=name, spec=spec, detector=None,
-            book=tailbook.TailBook(job.workload, self.clock, pool=self.file_pool),
+            book=self.log_books(job.workload, job.job_id, self.clock, self.file_pool),
             history=ledger.WorkloadHistory(workload=job.workload), checkpoint_re=checkpoint, matcher=matcher,
             opt_in_errors=errors, route=route,
         )
@@ -380,6 +383,10 @@ class Engine:
         job = rt.job
         mine = [r for r in stored if r.attempt == job.attempt]
         earlier = [r for r in stored if r.attempt < job.attempt]
+        if rt.book.kind != sources.FILES:  # a log store: the source knows its own attempt boundaries
+            return rt.book.attempt_start(path, attempt=job.attempt, running=_has_run(job) and rt.spec is not None,
+                                         started_at=job.started_at, mine=[_position(r) for r in mine],
+                                         earlier=[_position(r) for r in earlier])
         if rt.spec is None:  # never judged while no policy covers it: just note where the file ends
             return await rt.book.run(lambda: resume.pending_start(path))
         if not _has_run(job):
@@ -424,7 +431,7 @@ class Engine:
         aside): its lines are in the detector's memory only, and a restart must read them again.
         """
         records: list[audit.TailRecord] = []
-        changed: list[tuple[WorkloadRuntime, list[tailbook.Followed]]] = []
+        changed: list[tuple[WorkloadRuntime, list[sources.Followed]]] = []
         for rt in runtimes:
             if rt.spec is None:
                 continue  # never judged: nothing to resume
@@ -440,7 +447,7 @@ class Engine:
         for rt, files in changed:
             rt.book.mark_saved(files)
 
-    def _tail_records(self, rt: WorkloadRuntime, files: Sequence[tailbook.Followed]) -> list[audit.TailRecord]:
+    def _tail_records(self, rt: WorkloadRuntime, files: Sequence[sources.Followed]) -> list[audit.TailRecord]:
         """The consumed positions of ``files``, as rows of the attempt their lines belong to."""
         attempt = rt.detector_attempt if rt.detector is not None else rt.job.attempt
         return [
@@ -475,7 +482,7 @@ class Engine:
         rt.job = job
         if job.stdout_path != previous.stdout_path or job.stderr_path != previous.stderr_path:
             rt.book.close()
-            rt.book = tailbook.TailBook(rt.workload, self.clock, pool=self.file_pool)
+            rt.book = self.log_books(rt.workload, job.job_id, self.clock, self.file_pool)
             await self._open_tailers(rt)
         # A new attempt gets a new detector once it runs: until then, lines still arriving from the
         # old attempt's teardown (slurmstepd "CANCELLED ... DUE TO JOB REQUEUE") go to the old one.
@@ -565,7 +572,7 @@ class Engine:
     async def _drain(self, rt: WorkloadRuntime) -> None:
         await self._feed_batch(rt, await self._read(rt))
 
-    async def _read(self, rt: WorkloadRuntime) -> list[tuple[tailbook.Followed, list[signals.LogLine]]]:
+    async def _read(self, rt: WorkloadRuntime) -> list[tuple[sources.Followed, list[signals.LogLine]]]:
         """New lines of the workload's files; nothing while none of its attempts runs (see
         ``TailBook.observe_ends``): those lines belong to an earlier attempt."""
         if rt.detector is None:
@@ -578,7 +585,7 @@ class Engine:
             return []
 
     async def _feed_batch(
-        self, rt: WorkloadRuntime, batch: list[tuple[tailbook.Followed, list[signals.LogLine]]]
+        self, rt: WorkloadRuntime, batch: list[tuple[sources.Followed, list[signals.LogLine]]]
     ) -> None:
         for f, lines in batch:
             for line in lines:

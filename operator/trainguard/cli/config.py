@@ -130,6 +130,14 @@ class Settings(BaseSettings):
     victorialogs_url: str | None = Field(None, description="VictoriaLogs base URL, e.g. http://vlogs:9428: job "
                                          "output is read from it instead of the output files",
                                          json_schema_extra=_flag(metavar="URL"))
+    victorialogs_job_field: str = Field("job_id", description="VictoriaLogs field holding the scheduler's job id "
+                                        "of a line", json_schema_extra=_flag(metavar="FIELD"))
+    victorialogs_path_field: str = Field("filename", description="VictoriaLogs field holding the output file a "
+                                         "line was read from (matched with the job's StdOut/StdErr)",
+                                         json_schema_extra=_flag(metavar="FIELD"))
+    victorialogs_host_field: str = Field("host", description="VictoriaLogs field holding the node a line came from "
+                                         "(used for streams other than the job's shared output file)",
+                                         json_schema_extra=_flag(metavar="FIELD"))
     loki_url: str | None = Field(None, description="Loki base URL, e.g. http://loki:3100: job output is read from "
                                  "it instead of the output files", json_schema_extra=_flag(metavar="URL"))
     prometheus_url: str | None = Field(None, description="Prometheus or VictoriaMetrics base URL: DCGM GPU "

@@ -23,6 +23,7 @@ from trainguard.cli import config
 if TYPE_CHECKING:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
+    from trainguard.signals import sources, victorialogs
 
 logger = logging.getLogger("trainguard.run")
 
@@ -129,8 +130,10 @@ async def _main(
         await scheduler.close()
         raise _Fatal(str(exc)) from exc
     health = health_mod.Health()
+    log_books, log_client = log_source(cfg)
     engine = engine_mod.Engine(
-        scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health
+        scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health,
+        log_books=log_books,
     )
     stop = asyncio.Event()
     server = None
@@ -170,4 +173,20 @@ async def _main(
             await server.stop()
         await scheduler.close()
         await store.close()
+        if log_client is not None:
+            await log_client.close()
     return 0
+
+
+def log_source(cfg: config.Settings) -> tuple[sources.BookFactory, victorialogs.Client | None]:
+    """Where job output is read from: VictoriaLogs when ``victorialogs_url`` is set, else the files."""
+    from trainguard.signals import sources, victorialogs
+
+    if not cfg.victorialogs_url:
+        return sources.file_books, None
+    logger.info("job output is read from VictoriaLogs at %s (fields: job %s, file %s, host %s)",
+                cfg.victorialogs_url, cfg.victorialogs_job_field, cfg.victorialogs_path_field,
+                cfg.victorialogs_host_field)
+    return victorialogs.books(victorialogs.Config(
+        url=cfg.victorialogs_url, job_field=cfg.victorialogs_job_field, path_field=cfg.victorialogs_path_field,
+        host_field=cfg.victorialogs_host_field))

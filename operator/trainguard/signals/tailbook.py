@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from trainguard.model import clock as clock_mod
@@ -56,7 +56,9 @@ class Followed:
 
 
 class TailBook:
-    """The followed output files of one workload."""
+    """The followed output files of one workload (the file implementation of ``sources.LogBook``)."""
+
+    kind = "files"
 
     def __init__(self, workload: str, clock: clock_mod.Clock, *, pool: fileio.FilePool | None = None,
                  timeout: float = fileio.DEFAULT_TIMEOUT_S) -> None:
@@ -162,3 +164,8 @@ class TailBook:
     def mark_saved(self, files: list[Followed]) -> None:
         for f in files:
             f.saved = f.consumed
+
+    def attempt_start(self, path: str, *, attempt: int, running: bool, started_at: float | None,
+                      mine: Sequence[TailPosition], earlier: Sequence[TailPosition]) -> resume.Start | None:
+        """Not used for files: the engine finds the start in the file itself (``signals.resume``)."""
+        raise NotImplementedError("the engine resumes files through signals.resume")

@@ -1,0 +1,534 @@
+"""Job output read from a VictoriaLogs server instead of the output files (``sources.LogBook``).
+
+Place: under ``signals/``, chosen per installation (``victorialogs_url``). A shipper (Vector,
+Fluent Bit, ...) pushes each job's output lines to VictoriaLogs with fields naming the job
+(``job_field``, default ``job_id``: the scheduler's job id), the output file (``path_field``,
+default ``filename``: the job's ``StdOut``/``StdErr`` path) and the node (``host_field``, default
+``host``). One ``VictoriaLogsBook`` per tracked workload follows every row of its job id:
+
+- a **live tail** (``/select/logsql/tail``, ``offset=0s``) in its own task, for latency. The
+  server's tail skips, per stream, rows not newer than the last row it sent, and rows that
+  became searchable after their time window passed; so beside it
+- a **sweep** (``/select/logsql/query``, sorted by ``_time``, paginated) runs on start, after
+  every reconnect and every ``sweep_s`` over the last ``window_s`` seconds: it fills what the
+  tail missed and is the catch-up after gaps, outages and restarts.
+
+Both feed one de-duplication: a row is identified by (time in ns, ``_stream_id``, a hash of the
+message), remembered for ``window_s`` beyond the newest time seen. A row older than that window
+is no longer told apart from one already read and is dropped (counted in the log).
+
+Position (a ``tailer.TailPosition``, stored in the existing tail-position table): ``offset`` is
+the time (ns) of the newest row handed to detection, ``inode`` how many rows at exactly that time
+were handed out, ``fingerprint`` the hashes of (up to four of) those rows, ``lineno`` the line
+count. A restarted engine reads from that time again and skips the rows it had handed out.
+
+Attempts: a row belongs to the attempt running at its time: from the scheduler's start time of
+the attempt on (``place_at_start``, ``attempt_start``), like the file book's attempt boundary.
+
+Node: ``host_field`` names the node a line came from only for streams that are not the job's
+shared ``StdOut``/``StdErr`` file (per-node files, container logs): the shared file is written
+by the batch host for every rank, so there the rank/node prefix in the text decides.
+
+Hostile input: a row longer than ``max_row_bytes`` in the server's answer is dropped (a marker
+line says so), a message is cut at ``max_line`` characters, binary junk arrives as replacement
+characters (the server stores text) and is cleaned further by detection. An unreachable server
+is one log line per change of state and retries with backoff; the engine never waits on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import datetime
+import hashlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from trainguard.model import clock as clock_mod
+from trainguard.model import signals
+from trainguard.signals import fileio, resume, sources
+from trainguard.signals.tailer import MARKER, TailPosition
+
+logger = logging.getLogger(__name__)
+
+KIND = "victorialogs"
+HASHES_KEPT = 4
+"""Row hashes at the newest time kept in a stored position (16 hex each: the column holds 64)."""
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Config:
+    """How to reach the server and read its rows."""
+
+    url: str
+    job_field: str = "job_id"
+    host_field: str = "host"
+    path_field: str = "filename"
+    tail_offset_s: float = 0.0
+    """The tail's ``offset``: 0 for the lowest latency (the sweep catches rows it misses)."""
+    refresh_s: float = 0.2
+    """The tail's ``refresh_interval``."""
+    sweep_s: float = 2.0
+    """Seconds between two sweep queries while the tail runs."""
+    window_s: float = 30.0
+    """How far back each sweep looks, and how long row identities are remembered."""
+    page: int = 2000
+    """Rows per sweep query; a backlog is read in pages."""
+    max_line: int = 64 * 1024
+    """Characters of a message kept (as the file tailer keeps bytes)."""
+    max_row_bytes: int = 4 * 1024 * 1024
+    """Longest JSON row accepted from the server; longer ones are dropped with a marker."""
+    max_buffer: int = 200_000
+    """Rows held between two reads at most (a job whose attempt has not started is not read)."""
+    timeout_s: float = 10.0
+    """Connect/read timeout of a query (the tail has no read timeout: it may be silent)."""
+    max_backoff_s: float = 30.0
+
+
+def parse_time(text: str) -> int:
+    """RFC 3339 with up to nanoseconds (VictoriaLogs' ``_time``) -> ns since the epoch."""
+    base, frac = text, ""
+    zone = ""
+    if text.endswith("Z"):
+        base, zone = text[:-1], "+00:00"
+    if "." in base:
+        base, rest = base.split(".", 1)
+        digits = "".join(c for c in rest if c.isdigit())
+        frac, tail = digits, rest[len(digits):]
+        zone = zone or tail
+    else:
+        for sign in ("+", "-"):
+            at = base.rfind(sign)
+            if at > 10:
+                base, zone = base[:at], base[at:]
+                break
+    seconds = datetime.datetime.fromisoformat(base + (zone or "+00:00")).timestamp()
+    return int(seconds) * NS + int((frac + "000000000")[:9])
+
+
+def format_time(ns: int) -> str:
+    """ns since the epoch -> RFC 3339 with nanoseconds, for LogsQL time filters."""
+    seconds, rest = divmod(ns, NS)
+    base = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{rest:09d}Z"
+
+
+def quote(value: str) -> str:
+    """A LogsQL quoted string (JSON escapes are a subset of what LogsQL accepts)."""
+    return json.dumps(value)
+
+
+def row_hash(stream_id: str, message: str) -> str:
+    return hashlib.sha256(f"{stream_id}\0{message}".encode("utf-8", errors="replace")).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row as read from the server."""
+
+    ns: int
+    stream_id: str
+    message: str
+    host: str
+    path: str
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return self.ns, row_hash(self.stream_id, self.message)
+
+
+class Unavailable(Exception):
+    """The server did not answer as expected (down, refused, an error status)."""
+
+
+class Client:
+    """HTTP access to one VictoriaLogs server, shared by all books of an engine.
+
+    Reachability is logged once per change of state (``reachable``), never once per retry.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.reachable: bool | None = None
+        self.last_error = ""
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # identity: with gzip the server holds a tail's headers until its first row
+            self._session = aiohttp.ClientSession(headers={"Accept-Encoding": "identity"})
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def ok(self) -> None:
+        if self.reachable is False:
+            logger.warning("VictoriaLogs at %s reachable again", self.config.url)
+        self.reachable = True
+
+    def failed(self, exc: BaseException) -> None:
+        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+        if self.reachable is not False:
+            logger.error("VictoriaLogs at %s unreachable: %s (retrying with backoff; one line again when it is "
+                         "back)", self.config.url, self.last_error)
+        self.reachable = False
+
+    async def query(self, logsql: str) -> list[dict[str, Any]]:
+        """Rows of one ``/select/logsql/query`` (its answer is JSON lines)."""
+        url = self.config.url.rstrip("/") + "/select/logsql/query"
+        timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
+        try:
+            async with self._http().post(url, data={"query": logsql}, timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise Unavailable(f"query answered {resp.status}: {(await resp.text())[:200]}")
+                rows = [row async for row in self._rows(resp)]
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise Unavailable(str(exc) or type(exc).__name__) from exc
+        self.ok()
+        return rows
+
+    @contextlib.asynccontextmanager
+    async def tail(self, logsql: str) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """An open ``/select/logsql/tail``: its rows as they come."""
+        url = self.config.url.rstrip("/") + "/select/logsql/tail"
+        params = {"query": logsql, "offset": f"{self.config.tail_offset_s:g}s",
+                  "refresh_interval": f"{int(self.config.refresh_s * 1000)}ms"}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.timeout_s)
+        try:
+            async with self._http().post(url, data=params, timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise Unavailable(f"tail answered {resp.status}: {(await resp.text())[:200]}")
+                self.ok()
+                yield self._rows(resp)
+        except (aiohttp.ClientError, OSError) as exc:
+            raise Unavailable(str(exc) or type(exc).__name__) from exc
+
+    async def _rows(self, resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+        """JSON lines of a response, each bounded (``max_row_bytes``); a too long or broken row
+        yields ``{"_trainguard_dropped": n}`` instead, so the reader can say so."""
+        pending = bytearray()
+        skipping = 0
+        async for chunk in resp.content.iter_any():
+            start = 0
+            while True:
+                nl = chunk.find(b"\n", start)
+                piece = chunk[start:] if nl < 0 else chunk[start:nl]
+                if skipping:
+                    skipping += len(piece)
+                elif len(pending) + len(piece) > self.config.max_row_bytes:
+                    skipping = len(pending) + len(piece)
+                    pending.clear()
+                else:
+                    pending += piece
+                if nl < 0:
+                    break
+                start = nl + 1
+                if skipping:
+                    yield {"_trainguard_dropped": skipping}
+                    skipping = 0
+                    continue
+                if pending.strip():
+                    try:
+                        row = json.loads(bytes(pending))
+                    except ValueError:
+                        row = {"_trainguard_dropped": len(pending)}
+                    if isinstance(row, dict):
+                        yield row
+                pending.clear()
+
+
+@dataclass
+class Stream:
+    """One followed output stream of a workload (its path = the ``path_field`` value)."""
+
+    path: str
+    source: str
+    consumed: TailPosition | None = None
+    basis: str = ""
+    saved: TailPosition | None = None
+    floor: int = 0
+    """Rows before this time (ns) are not this attempt's, or were read before a restart."""
+    floor_hashes: frozenset[str] = frozenset()
+    """Hashes of rows at exactly ``floor`` handed out before a restart (not to be read again)."""
+    lineno: int = 0
+    lines: dict[int, tuple[int, str]] = field(default_factory=dict)
+    """lineno -> (time, hash) of the lines of the last read, for ``consume``."""
+
+
+class VictoriaLogsBook:
+    """The followed output of one workload, read from VictoriaLogs (see the module docstring)."""
+
+    kind = KIND
+
+    def __init__(self, workload: str, job_id: str, clock: clock_mod.Clock, client: Client) -> None:
+        self.workload = workload
+        self.job_id = job_id
+        self._clock = clock
+        self.client = client
+        self._config = client.config
+        self.files: list[Stream] = []
+        self._buffer: collections.deque[Row | int] = collections.deque()
+        self._seen: dict[tuple[int, str], None] = {}
+        self._newest = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
+        self.rounds = 0
+        """Completed sweeps (tests wait on it instead of on time)."""
+        self.late_dropped = 0
+
+    # -- following -----------------------------------------------------------------------------
+
+    def add(self, path: str, source: str, start: resume.Start | None = None) -> Stream:
+        s = Stream(path, source, basis=start.basis if start is not None else "")
+        if start is not None:
+            self._place(s, start.position)
+        else:
+            s.consumed = TailPosition(path, 0, 0, 0, "")
+        self.files.append(s)
+        if not self._tasks:
+            self._tasks = [asyncio.ensure_future(self._tail_forever()), asyncio.ensure_future(self._sweep_forever())]
+            for t, name in zip(self._tasks, ("tail", "sweep"), strict=True):
+                t.set_name(f"victorialogs-{name}:{self.workload}")
+        return s
+
+    def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        self._closing, self._tasks = self._tasks, []
+
+    async def wait_closed(self) -> None:
+        """After ``close``: until the tail and sweep tasks have ended."""
+        await asyncio.gather(*self._closing, return_exceptions=True)
+        self._closing = []
+
+    def _place(self, s: Stream, position: TailPosition) -> None:
+        s.floor = position.offset
+        hashes = position.fingerprint
+        s.floor_hashes = frozenset(hashes[i:i + 16] for i in range(0, len(hashes), 16))
+        s.lineno = position.lineno
+        s.consumed = position
+
+    def _job_filter(self) -> str:
+        return f"{self._config.job_field}:={quote(self.job_id)}"
+
+    async def _tail_forever(self) -> None:
+        delay = self._config.refresh_s
+        while True:
+            try:
+                async with self.client.tail(self._job_filter()) as rows:
+                    self._wake.set()  # a fresh tail: sweep at once, for what came before it
+                    delay = self._config.refresh_s
+                    async for raw in rows:
+                        self._accept(raw)
+                raise Unavailable("the tail ended")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.client.failed(exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._config.max_backoff_s)
+
+    async def _sweep_forever(self) -> None:
+        delay = self._config.sweep_s
+        while True:
+            try:
+                await self.sweep()
+                delay = self._config.sweep_s
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.client.failed(exc)
+                delay = min(max(delay, self._config.refresh_s) * 2, self._config.max_backoff_s)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+
+    async def sweep(self) -> None:
+        """Query every row of the job from the window's start on, page by page (the catch-up)."""
+        floor = min((s.floor for s in self.files), default=0)
+        start = max(floor, self._newest - int(self._config.window_s * NS))
+        while True:
+            q = (f"{self._job_filter()} _time:>={format_time(start)} | sort by (_time) "
+                 f"| limit {self._config.page}")
+            rows = await self.client.query(q)
+            newest = start
+            for raw in rows:
+                row = self._accept(raw)
+                if row is not None:
+                    newest = max(newest, row.ns)
+            if len(rows) < self._config.page or newest <= start:
+                break
+            start = newest
+        self.rounds += 1
+
+    def _accept(self, raw: dict[str, Any]) -> Row | None:
+        """One row from the tail or a sweep: buffered unless read already (or before our floor)."""
+        dropped = raw.get("_trainguard_dropped")
+        if isinstance(dropped, int):
+            self._buffer.append(dropped)
+            return None
+        try:
+            row = Row(parse_time(str(raw["_time"])), str(raw.get("_stream_id", raw.get("_stream", ""))),
+                      str(raw.get("_msg", "")), str(raw.get(self._config.host_field, "") or ""),
+                      str(raw.get(self._config.path_field, "") or ""))
+        except (KeyError, ValueError, OverflowError):
+            return None
+        key = row.key
+        if key in self._seen:
+            return row
+        horizon = self._newest - int(self._config.window_s * NS)
+        if row.ns < horizon:
+            self.late_dropped += 1
+            if self.late_dropped in (1, 100, 10_000):
+                logger.warning("%s: %d rows arrived more than %.0f s after newer ones and were not read",
+                               self.workload, self.late_dropped, self._config.window_s)
+            return row
+        self._seen[key] = None
+        if row.ns > self._newest:
+            self._newest = row.ns
+            if len(self._seen) > 4 * self._config.page:
+                horizon = self._newest - int(self._config.window_s * NS)
+                self._seen = {k: None for k in self._seen if k[0] >= horizon}
+        if len(self._buffer) >= self._config.max_buffer:
+            self._buffer.popleft()
+            self._buffer.appendleft(1)  # counted as dropped
+        self._buffer.append(row)
+        return row
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _stream_of(self, row: Row) -> tuple[Stream, bool]:
+        """The followed stream a row belongs to, and whether it is that stream's own file."""
+        for s in self.files:
+            if row.path == s.path:
+                return s, True
+        base = os.path.basename(row.path)
+        for s in self.files:
+            if base and base == os.path.basename(s.path):
+                return s, True
+        return self.files[0], not row.path
+
+    async def read(self) -> list[tuple[Stream, list[signals.LogLine]]]:
+        out: dict[int, list[signals.LogLine]] = {id(s): [] for s in self.files}
+        for s in self.files:
+            s.lines = {}
+        if not self.files:
+            self._buffer.clear()
+            return []
+        now = self._clock.now()
+        while self._buffer:
+            item = self._buffer.popleft()
+            if isinstance(item, int):
+                s = self.files[0]
+                self._line(s, out, f"{MARKER} {item} bytes of log-store rows dropped (too long or not JSON)",
+                           None, key=None, now=now)
+                continue
+            s, own = self._stream_of(item)
+            ns, digest = item.key
+            if ns < s.floor or (ns == s.floor and digest in s.floor_hashes):
+                continue
+            text = item.message
+            if len(text) > self._config.max_line:
+                text = f"{text[:self._config.max_line]} {MARKER} {len(text) - self._config.max_line} characters of " \
+                       "this line dropped"
+            for part in text.split("\n"):
+                self._line(s, out, part.rstrip("\r"), item.host if not own and item.host else None,
+                           key=(ns, digest), now=now)
+        return [(s, out[id(s)]) for s in self.files]
+
+    def _line(self, s: Stream, out: dict[int, list[signals.LogLine]], text: str, node: str | None, *,
+              key: tuple[int, str] | None, now: float) -> None:
+        s.lineno += 1
+        if key is not None:
+            s.lines[s.lineno] = key
+        out[id(s)].append(signals.LogLine(text=text, lineno=s.lineno, received_at=now, source=s.source, node=node))
+
+    def consume(self, f: Stream, line: signals.LogLine) -> None:
+        key = f.lines.get(line.lineno)
+        old = f.consumed
+        if key is None or old is None:
+            if old is not None:
+                f.consumed = TailPosition(f.path, old.inode, old.offset, line.lineno, old.fingerprint)
+            return
+        ns, digest = key
+        if ns > old.offset:
+            f.consumed = TailPosition(f.path, 1, ns, line.lineno, digest)
+        elif ns == old.offset:
+            hashes = old.fingerprint if len(old.fingerprint) >= 16 * HASHES_KEPT else old.fingerprint + digest
+            f.consumed = TailPosition(f.path, (old.inode or 0) + 1, ns, line.lineno, hashes)
+        else:  # a late row: the position stays at the newest time read
+            f.consumed = TailPosition(f.path, old.inode, old.offset, line.lineno, old.fingerprint)
+
+    # -- attempts ------------------------------------------------------------------------------
+
+    async def observe_ends(self) -> None:
+        """No attempt runs: nothing is read (the rows stay buffered until the attempt's start places them)."""
+
+    def place_at_start(self, started_at: float | None) -> list[tuple[Stream, str]]:
+        if started_at is None:
+            return []
+        at = int(started_at) * NS
+        placed = []
+        for s in self.files:
+            if s.floor < at:
+                s.floor, s.floor_hashes = at, frozenset()
+                s.consumed = TailPosition(s.path, 0, at, s.lineno, "")
+                s.basis = "started_at"
+            placed.append((s, f"{s.path}: rows from {format_time(at)} on (the attempt's start)"))
+        return placed
+
+    def attempt_start(self, path: str, *, attempt: int, running: bool, started_at: float | None,
+                      mine: Sequence[TailPosition], earlier: Sequence[TailPosition]) -> resume.Start | None:
+        lineno = earlier[-1].lineno if earlier else 0
+        if mine:
+            return resume.Start(mine[-1], "stored")
+        if not running:
+            # the attempt has not started: ``place_at_start`` sets its start once it runs
+            return resume.Start(TailPosition(path, 0, self._clock_ns(), lineno, ""), "pending")
+        if started_at is not None:
+            return resume.Start(TailPosition(path, 0, int(started_at) * NS, lineno, ""), "started_at")
+        if earlier:
+            return resume.Start(earlier[-1], "observed")
+        return resume.Start(TailPosition(path, 0, 0, 0, ""), "first_attempt")
+
+    def _clock_ns(self) -> int:
+        return int(self._clock.now() * NS)
+
+    # -- the rest of the seam ------------------------------------------------------------------
+
+    async def run(self, call: Callable[[], resume.Start]) -> resume.Start | None:
+        """Not used for a log store (no files to look at)."""
+        return None
+
+    def set_basis(self, basis: str) -> None:
+        for s in self.files:
+            s.basis = basis
+
+    def unsaved(self) -> list[Stream]:
+        return [s for s in self.files if s.consumed is not None and s.consumed != s.saved]
+
+    def mark_saved(self, files: list[Stream]) -> None:
+        for s in files:
+            s.saved = s.consumed
+
+
+def books(config: Config) -> tuple[sources.BookFactory, Client]:
+    """A book factory for ``engine.Engine(log_books=...)`` and its shared client (close it at the end)."""
+    client = Client(config)
+
+    def make(workload: str, job_id: str, clock: clock_mod.Clock, pool: fileio.FilePool | None) -> sources.LogBook:
+        del pool
+        return VictoriaLogsBook(workload, job_id, clock, client)
+
+    return make, client
