@@ -318,12 +318,6 @@ class DoctorSettings(Settings):
                               json_schema_extra=_flag(metavar="FILE"))
     known_hosts: Path | None = Field(None, description="SSH known_hosts file for slurm-ssh",
                                      json_schema_extra=_flag(metavar="FILE"))
-    victorialogs_job_field: str = Field("job_id", description="VictoriaLogs field holding the Slurm job id",
-                                        json_schema_extra=_flag(metavar="FIELD"))
-    victorialogs_host_field: str = Field("host", description="VictoriaLogs field holding the node name",
-                                         json_schema_extra=_flag(metavar="FIELD"))
-    victorialogs_path_field: str = Field("filename", description="VictoriaLogs field holding the output file path",
-                                         json_schema_extra=_flag(metavar="FIELD"))
     loki_job_label: str = Field("job_id", description="Loki stream label holding the Slurm job id",
                                 json_schema_extra=_flag(metavar="LABEL"))
     loki_host_label: str = Field("host", description="Loki stream label holding the node name",

@@ -24,14 +24,20 @@ LAG_WARN_S = 300.0
 """A newest line older than this, with lines in the window, suggests a stalled shipper."""
 
 _VM_VERSION = re.compile(r'^vm_app_version\{[^}]*?short_version="([^"]+)"', re.MULTILINE)
-_VM_VERSION_LONG = re.compile(r'^vm_app_version\{[^}]*?version="([^"]+)"', re.MULTILINE)
+_VM_VERSION_LONG = re.compile(r'^vm_app_version\{[^}]*?\bversion="([^"]+)"', re.MULTILINE)
+_VM_SOURCE_PATH = re.compile(r'/!victoria!(?:logs|metrics)@(v\d+\.\d+\.\d+)/app/victoria-(?:logs|metrics)/')
 
 
 def vm_version(metrics_text: str) -> str | None:
     """The version a VictoriaMetrics-family server (VictoriaLogs, VictoriaMetrics) reports in its
-    own ``/metrics`` (``vm_app_version``)."""
+    own ``/metrics`` (``vm_app_version``). A binary built with plain ``go install`` carries no
+    version stamp (empty labels); its module version is still in the source paths of its log
+    call sites (``location`` labels of ``vm_log_messages_total``), which is what we read then."""
     m = _VM_VERSION.search(metrics_text) or _VM_VERSION_LONG.search(metrics_text)
-    return m.group(1) if m else None
+    if m:
+        return m.group(1)
+    m = _VM_SOURCE_PATH.search(metrics_text)
+    return f"{m.group(1)} (unstamped build)" if m else None
 
 
 def _auth_fail(name: str, answer: http.Answer, url: str, setting: str) -> Check:

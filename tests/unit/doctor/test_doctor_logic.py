@@ -105,6 +105,12 @@ def test_vm_version_from_own_metrics() -> None:
             'vm_app_uptime_seconds 3\n')
     assert logs.vm_version(text) == "v1.52.1"
     assert logs.vm_version("prometheus_build_info{version=\"2.42.0\"} 1\n") is None
+    unstamped = ('vm_app_version{version="", short_version=""} 1\n'
+                 'vm_log_messages_total{app_version="", level="info", location="/root/go/pkg/mod/github.com/'
+                 '!victoria!metrics/!victoria!metrics@v1.146.1-0.2026/lib/httpserver/httpserver.go:152"} 1\n'
+                 'vm_log_messages_total{app_version="", level="info", location="/root/go/pkg/mod/github.com/'
+                 '!victoria!metrics/!victoria!logs@v1.52.1/app/victoria-logs/main.go:44"} 1\n')
+    assert logs.vm_version(unstamped) == "v1.52.1 (unstamped build)"
 
 
 def test_a_check_that_hangs_is_a_failed_check() -> None:
