@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import services, slurm
+from tests.support import prometheus, services, slurm
 from tests.support.doctor import BrokenCluster
 
 
@@ -35,3 +35,17 @@ def slurm_cluster_without_requeue() -> Iterator[BrokenCluster]:
             yield BrokenCluster(client)
     except services.ServiceError as exc:
         pytest.fail(f"second local Slurm cluster: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def cluster_gpu_telemetry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[prometheus.GpuTelemetry]:
+    """DCGM-style exporters for exactly the local cluster's nodes (node1..node4), scraped by a real
+    Prometheus and a real VictoriaMetrics: the good setup."""
+    if os.environ.get("TG_SKIP_PROMETHEUS") == "1":
+        pytest.skip("TG_SKIP_PROMETHEUS=1")
+    started = prometheus.start_gpu_telemetry(tmp_path_factory.mktemp("doctor-gpu"),
+                                             [f"node{i}" for i in range(1, 5)])
+    try:
+        yield started.telemetry
+    finally:
+        started.stop()
