@@ -140,6 +140,25 @@ class Settings(BaseSettings):
                                          json_schema_extra=_flag(metavar="FIELD"))
     loki_url: str | None = Field(None, description="Loki base URL, e.g. http://loki:3100: job output is read from "
                                  "it instead of the output files", json_schema_extra=_flag(metavar="URL"))
+    loki_selector: str = Field("", description="extra LogQL label matchers for every Loki query, e.g. "
+                               "'cluster=\"gpu-a\"' (the job label matcher is added per job)",
+                               json_schema_extra=_flag(metavar="MATCHERS"))
+    loki_job_label: str = Field("job_id", description="Loki stream label holding the scheduler's job id",
+                                json_schema_extra=_flag(metavar="LABEL"))
+    loki_path_label: str = Field("filename", description="Loki stream label holding the output file path "
+                                 "(promtail's default)", json_schema_extra=_flag(metavar="LABEL"))
+    loki_rank_label: str = Field("rank", description="Loki stream label holding the rank",
+                                 json_schema_extra=_flag(metavar="LABEL"))
+    loki_host_label: str = Field("host", description="Loki stream label holding the node name",
+                                 json_schema_extra=_flag(metavar="LABEL"))
+    loki_tenant: str | None = Field(None, description="Loki tenant, sent as X-Scope-OrgID (multi-tenant Loki)",
+                                    json_schema_extra=_flag(metavar="ORG"))
+    loki_token_file: Path | None = Field(None, description="file holding a bearer token for Loki (e.g. a "
+                                         "mounted Secret)", json_schema_extra=_flag(metavar="FILE"))
+    loki_username: str | None = Field(None, description="basic-auth user for Loki (password: --loki-password-file)",
+                                      json_schema_extra=_flag(metavar="USER"))
+    loki_password_file: Path | None = Field(None, description="file holding the basic-auth password for Loki",
+                                            json_schema_extra=_flag(metavar="FILE"))
     prometheus_url: str | None = Field(None, description="Prometheus or VictoriaMetrics base URL: DCGM GPU "
                                        "counters become evidence", json_schema_extra=_flag(metavar="URL"))
     log_level: LogLevel = "INFO"
@@ -160,6 +179,16 @@ class Settings(BaseSettings):
     @classmethod
     def _split(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @model_validator(mode="after")
+    def _one_log_store(self) -> Settings:
+        if self.victorialogs_url and self.loki_url:
+            raise ValueError("give one log store: victorialogs_url (--victorialogs-url) or loki_url (--loki-url), "
+                             "not both")
+        if self.loki_token_file is not None and self.loki_username is not None:
+            raise ValueError("give one Loki authentication: loki_token_file (bearer) or loki_username + "
+                             "loki_password_file (basic), not both")
+        return self
 
     @model_validator(mode="after")
     def _one_source_per_secret(self) -> Settings:
@@ -203,6 +232,12 @@ class Settings(BaseSettings):
         if self.slurm_jwt_file is not None:
             return _read_secret(self.slurm_jwt_file, "slurm_jwt_file")
         return None
+
+    def loki_secrets(self) -> tuple[str | None, str | None]:
+        """The Loki bearer token and basic-auth password, read from their files (None when not given)."""
+        token = _read_secret(self.loki_token_file, "loki_token_file") if self.loki_token_file else None
+        password = _read_secret(self.loki_password_file, "loki_password_file") if self.loki_password_file else None
+        return token, password
 
     def scheduler_env(self) -> dict[str, str]:
         """Environment of the Slurm client commands: ours, with the JWT from a file (auth/jwt reads

@@ -23,7 +23,7 @@ from trainguard.cli import config
 if TYPE_CHECKING:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
-    from trainguard.signals import sources, victorialogs
+    from trainguard.signals import loki, sources, victorialogs
 
 logger = logging.getLogger("trainguard.run")
 
@@ -107,6 +107,7 @@ async def _main(
 
     db_url = cfg.database_url()
     env = cfg.scheduler_env()
+    log_books, log_client = log_source(cfg)  # before anything is opened: a bad secret file is one line
     assert cfg.scheduler is not None
     try:
         fallback = None
@@ -130,7 +131,6 @@ async def _main(
         await scheduler.close()
         raise _Fatal(str(exc)) from exc
     health = health_mod.Health()
-    log_books, log_client = log_source(cfg)
     engine = engine_mod.Engine(
         scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health,
         log_books=log_books,
@@ -178,10 +178,13 @@ async def _main(
     return 0
 
 
-def log_source(cfg: config.Settings) -> tuple[sources.BookFactory, victorialogs.Client | None]:
-    """Where job output is read from: VictoriaLogs when ``victorialogs_url`` is set, else the files."""
+def log_source(cfg: config.Settings) -> tuple[sources.BookFactory, victorialogs.Client | loki.LokiClient | None]:
+    """Where job output is read from: VictoriaLogs when ``victorialogs_url`` is set, Loki when
+    ``loki_url`` is (not both), else the files."""
     from trainguard.signals import sources, victorialogs
 
+    if cfg.loki_url:
+        return loki_source(cfg)
     if not cfg.victorialogs_url:
         return sources.file_books, None
     logger.info("job output is read from VictoriaLogs at %s (fields: job %s, file %s, host %s)",
@@ -190,3 +193,21 @@ def log_source(cfg: config.Settings) -> tuple[sources.BookFactory, victorialogs.
     return victorialogs.books(victorialogs.Config(
         url=cfg.victorialogs_url, job_field=cfg.victorialogs_job_field, path_field=cfg.victorialogs_path_field,
         host_field=cfg.victorialogs_host_field))
+
+
+def loki_source(cfg: config.Settings) -> tuple[sources.BookFactory, loki.LokiClient]:
+    """The Loki book factory from the settings (secrets read from their files now: a bad one stops the start)."""
+    from trainguard.signals import loki, loki_book
+
+    assert cfg.loki_url is not None
+    try:
+        token, password = cfg.loki_secrets()
+    except config.ConfigError as exc:
+        raise _Fatal(str(exc)) from exc
+    labels = loki.LokiLabels(job=cfg.loki_job_label, rank=cfg.loki_rank_label, host=cfg.loki_host_label)
+    auth = loki.LokiAuth(tenant=cfg.loki_tenant, bearer_token=token, username=cfg.loki_username, password=password)
+    logger.info("job output is read from Loki at %s (labels: job %s, file %s, host %s, rank %s%s)", cfg.loki_url,
+                cfg.loki_job_label, cfg.loki_path_label, cfg.loki_host_label, cfg.loki_rank_label,
+                f", tenant {cfg.loki_tenant}" if cfg.loki_tenant else "")
+    return loki_book.books(loki_book.Config(url=cfg.loki_url, selector=cfg.loki_selector, labels=labels,
+                                            path_label=cfg.loki_path_label, auth=auth))

@@ -1,0 +1,74 @@
+"""The engine with Loki as its only log source: a crash line served by the replayed Loki (recorded
+answers of Loki's documented API over a real socket, WebSocket tail included) becomes an anomaly,
+a verdict and advice for the right workload, naming the node the line came from."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import fake_scheduler, loki_replay
+from tests.support.loki_replay import LokiReplay, recorded, until
+from tests.unit.engine import scenario
+from trainguard import engine as engine_mod
+from trainguard import settings as settings_mod
+from trainguard.detect import catalog as catalog_mod
+from trainguard.model import clock, vocab
+from trainguard.policy import loader
+from trainguard.signals import loki_book
+from trainguard.store import database
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+async def replay() -> AsyncIterator[LokiReplay]:
+    async for server in loki_replay.start():
+        yield server
+
+
+async def test_crash_line_from_loki_becomes_advice_for_the_right_workload_and_node(
+    replay: LokiReplay, tmp_path: Path, catalog: catalog_mod.Catalog
+) -> None:
+    store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
+    books, client = loki_book.books(loki_book.Config(url=replay.url))
+    manual = clock.ManualClock(scenario.START)
+    scheduler = fake_scheduler.FakeScheduler(nodes=scenario.NODES)
+    engine = engine_mod.Engine(
+        scheduler, store, loader.parse_text(scenario.POLICIES, "test"), catalog, clock_=manual,
+        settings=settings_mod.EngineSettings(allow_action=True), log_books=books,
+    )
+    h = scenario.Harness(tmp_path, manual, scheduler, store, engine)
+    # The allocation lists node2 first: rank 1 would be placed on node1 by position, the label says node2.
+    h.submit("1001", "trainguard", nodes=("node2", "node1"))  # the default policy: Monitor
+    h.submit("1002", "trainguard")  # another job: Loki serves it nothing
+    try:
+        await h.step()
+        book = h.runtime("1001").book
+        assert isinstance(book, loki_book.LokiBook)
+        await until(book.reader, book.reader.connected.is_set)
+        first, second = recorded("crash.json")
+        await until(book.reader, lambda: '{job_id="1001"}' in replay.tail_queries)
+        await replay.send_to('{job_id="1001"}', first)
+        await replay.send_to('{job_id="1001"}', second)
+        await until(book.reader, lambda: book.reader.pending() == 3)
+        await h.step()
+        await h.settle()
+
+        [anomaly] = await h.records("1001", vocab.AuditKind.ANOMALY)
+        assert anomaly.payload["category"] == "cuda_illegal_memory"
+        assert anomaly.payload["suspect_nodes"] == ["node2"]
+        assert any("illegal memory access" in e["text"] for e in anomaly.payload["evidence"])
+        [advice] = await h.advice("1001")
+        assert advice["mode"] == "Monitor"
+        assert await h.records("1002", vocab.AuditKind.ANOMALY) == []
+        assert h.scheduler.mutating_calls() == []
+    finally:
+        for rt in engine.runtimes.values():
+            rt.book.close()
+            if rt.task is not None and not rt.task.done():
+                rt.task.cancel()
+        await client.close()
+        await store.close()
