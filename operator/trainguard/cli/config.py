@@ -353,10 +353,6 @@ class DoctorSettings(Settings):
                               json_schema_extra=_flag(metavar="FILE"))
     known_hosts: Path | None = Field(None, description="SSH known_hosts file for slurm-ssh",
                                      json_schema_extra=_flag(metavar="FILE"))
-    loki_job_label: str = Field("job_id", description="Loki stream label holding the Slurm job id",
-                                json_schema_extra=_flag(metavar="LABEL"))
-    loki_host_label: str = Field("host", description="Loki stream label holding the node name",
-                                 json_schema_extra=_flag(metavar="LABEL"))
     prometheus_hostname_label: str = Field("Hostname", description="label of the DCGM metrics naming the node "
                                            "(DCGM exporter's default: Hostname)",
                                            json_schema_extra=_flag(metavar="LABEL"))

@@ -111,9 +111,17 @@ async def run_checks(cfg: config.DoctorSettings) -> list[Any]:
                                            "job output is not read from VictoriaLogs")]))
         if cfg.loki_url:
             loki_url = cfg.loki_url
-            tasks.append(report.guarded("loki", lambda: logs.loki(
-                session, loki_url, job_label=cfg.loki_job_label, host_label=cfg.loki_host_label,
-                limit_s=timeout), group))
+
+            async def loki() -> list[report.Check]:
+                try:
+                    headers = _loki_headers(cfg)
+                except config.ConfigError as exc:
+                    return [report.fail("loki", str(exc), "fix the Loki secret file setting named above")]
+                return await logs.loki(session, loki_url, job_label=cfg.loki_job_label, host_label=cfg.loki_host_label,
+                                       path_label=cfg.loki_path_label, selector=cfg.loki_selector, headers=headers,
+                                       limit_s=timeout)
+
+            tasks.append(report.guarded("loki", loki, group))
         else:
             tasks.append(_constant([_unset("loki", "TRAINGUARD_LOKI_URL / --loki-url",
                                            "job output is not read from Loki")]))
@@ -133,6 +141,15 @@ async def run_checks(cfg: config.DoctorSettings) -> list[Any]:
         for found in await asyncio.gather(*tasks):
             checks.extend(found)
     return checks
+
+
+def _loki_headers(cfg: config.DoctorSettings) -> dict[str, str]:
+    """The tenant and credentials headers the Loki source sends (secrets read from their files)."""
+    from trainguard.signals import loki
+
+    token, password = cfg.loki_secrets()
+    return loki.LokiAuth(tenant=cfg.loki_tenant, bearer_token=token, username=cfg.loki_username,
+                         password=password).headers()
 
 
 async def _constant(checks: list[Any]) -> list[Any]:

@@ -46,14 +46,14 @@ def join(base: str, path: str) -> str:
 
 
 async def get(session: aiohttp.ClientSession, url: str, *, params: Mapping[str, str] | None = None,
-              limit_s: float = 10.0) -> Answer:
+              limit_s: float = 10.0, headers: Mapping[str, str] | None = None) -> Answer:
     """GET ``url``; any answer (even 500) is returned, only a failure to get one raises Unreachable.
 
     ``Accept-Encoding: identity``: a compressed answer is held back by some log stores until their
     first row, and these answers are small."""
     try:
         async with session.get(url, params=params, timeout=aiohttp.ClientTimeout(total=limit_s),
-                               headers={"Accept-Encoding": "identity"}, allow_redirects=True) as resp:
+                               headers={"Accept-Encoding": "identity", **(headers or {})}) as resp:
             text = await resp.text(errors="replace")
             return Answer(resp.status, text, dict(resp.headers))
     except TimeoutError:

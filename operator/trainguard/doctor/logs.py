@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -94,24 +95,30 @@ async def victorialogs(session: aiohttp.ClientSession, url: str, *, job_field: s
 # ---------------------------------------------------------------------- Loki
 
 
-async def loki(session: aiohttp.ClientSession, url: str, *, job_label: str, host_label: str,
-               limit_s: float) -> list[Check]:
+async def loki(session: aiohttp.ClientSession, url: str, *, job_label: str, host_label: str, path_label: str,
+               selector: str = "", headers: Mapping[str, str] | None = None, limit_s: float) -> list[Check]:
     """``loki`` (``/ready``, auth, ``/loki/api/v1/status/buildinfo``), ``loki.streams`` (labels,
-    sample stream) and ``loki.lag`` (age of the newest line), per Loki's documented HTTP API."""
+    sample stream) and ``loki.lag`` (age of the newest line), per Loki's documented HTTP API.
+    ``headers``: the tenant and credentials the Loki source sends; ``selector``: its extra matchers."""
     name = "loki"
     setting = "TRAINGUARD_LOKI_URL / --loki-url"
+    auth = dict(headers or {})
+
+    async def get(path: str, params: dict[str, str] | None = None) -> http.Answer:
+        return await http.get(session, http.join(url, path), params=params, limit_s=limit_s, headers=auth)
+
     try:
-        ready = await http.get(session, http.join(url, "/ready"), limit_s=limit_s)
+        ready = await get("/ready")
     except http.Unreachable as exc:
         return [fail(name, f"{exc}", f"check {setting} (Loki's HTTP port, 3100 by default) and that Loki runs")]
     if ready.status in http.AUTH_STATUSES:
-        return [_auth_fail(name, ready, url, setting)]
+        return [_loki_auth_fail(name, ready, url)]
     if ready.status != 200 or "ready" not in ready.text.lower():
         return [fail(name, f"{http.describe_status(ready, url + '/ready')}; Loki is not ready",
                      "wait for Loki to finish starting, or check that the URL is Loki's")]
     version = "unknown"
     try:
-        info = await http.get(session, http.join(url, "/loki/api/v1/status/buildinfo"), limit_s=limit_s)
+        info = await get("/loki/api/v1/status/buildinfo")
         data = info.json()
         if info.status == 200 and isinstance(data, dict) and data.get("version"):
             version = str(data["version"])
@@ -119,21 +126,23 @@ async def loki(session: aiohttp.ClientSession, url: str, *, job_label: str, host
         pass
     checks = [ok(name, f"{url} ready, version {version}")]
     now_ns = time.time_ns()
-    params = {"query": f'{{{job_label}=~".+"}}', "limit": "20", "direction": "backward",
+    matchers = ", ".join(m for m in (f'{job_label}=~".+"', selector.strip().strip("{}").strip()) if m)
+    params = {"query": f"{{{matchers}}}", "limit": "20", "direction": "backward",
               "start": str(now_ns - 3600 * 10**9), "end": str(now_ns)}
     try:
-        answer = await http.get(session, http.join(url, "/loki/api/v1/query_range"), params=params, limit_s=limit_s)
+        answer = await get("/loki/api/v1/query_range", params)
     except http.Unreachable as exc:
         return [*checks, fail(f"{name}.streams", f"query failed: {exc}")]
     if answer.status in http.AUTH_STATUSES:
-        return [*checks, _auth_fail(f"{name}.streams", answer, url, setting)]
+        return [*checks, _loki_auth_fail(f"{name}.streams", answer, url)]
     if answer.status != 200:
-        return [*checks, fail(f"{name}.streams", http.describe_status(answer, "/loki/api/v1/query_range"))]
+        return [*checks, fail(f"{name}.streams", http.describe_status(answer, "/loki/api/v1/query_range"),
+                              "check loki_selector: it must be valid LogQL label matchers")]
     rows = _loki_rows(answer.json())
     if not rows:
         # No recent line carries the job label: a store without that label at all is misconfigured
         # (fail, naming the labels it has); one with the label but no recent line is just quiet.
-        labels = await _loki_labels(session, url, limit_s)
+        labels = await _loki_labels(get)
         if labels and job_label not in labels:
             return [*checks, fail(f"{name}.streams", f"no stream carries the label {job_label!r} that maps a line "
                                   f"to its job (labels in the store: {', '.join(labels)})",
@@ -142,8 +151,9 @@ async def loki(session: aiohttp.ClientSession, url: str, *, job_label: str, host
         return [*checks, warn(f"{name}.streams", f"no line with the label {job_label!r} in the last {RECENT}: "
                               "nothing to check the fields on", "run a job with a log shipper pointed at this "
                               "store, then run doctor again", {"labels": labels})]
-    checks.extend(stream_checks(name, rows, fields={"job": job_label, "host": host_label},
-                                settings={"job": "loki_job_label", "host": "loki_host_label"},
+    checks.extend(stream_checks(name, rows, fields={"job": job_label, "host": host_label, "path": path_label},
+                                settings={"job": "loki_job_label", "host": "loki_host_label",
+                                          "path": "loki_path_label"},
                                 stream_of=lambda row: _loki_stream_text(row["_labels"]),
                                 time_of=lambda row: float(row["_ns"]) / 1e9))
     return checks
@@ -164,14 +174,20 @@ def _loki_rows(data: Any) -> list[dict[str, Any]]:
     return rows
 
 
-async def _loki_labels(session: aiohttp.ClientSession, url: str, limit_s: float) -> list[str]:
+async def _loki_labels(get: Callable[[str], Awaitable[http.Answer]]) -> list[str]:
     try:
-        answer = await http.get(session, http.join(url, "/loki/api/v1/labels"), limit_s=limit_s)
+        answer = await get("/loki/api/v1/labels")
     except http.Unreachable:
         return []
     data = answer.json()
     values = data.get("data") if isinstance(data, dict) else None
     return sorted(str(v) for v in values) if isinstance(values, list) else []
+
+
+def _loki_auth_fail(name: str, answer: http.Answer, url: str) -> Check:
+    return fail(name, f"{url} refused us: HTTP {answer.status} (authentication or tenant)",
+                "set loki_tenant (X-Scope-OrgID) and loki_token_file or loki_username + loki_password_file as "
+                "the Loki gateway expects")
 
 
 def _loki_stream_text(labels: dict[str, Any]) -> str:

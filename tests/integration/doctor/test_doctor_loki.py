@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -15,14 +16,18 @@ from tests.support.doctor import run_doctor, serve
 
 pytestmark = [pytest.mark.integration]
 
+MEMORY_DB = "sqlite+aiosqlite:///:memory:"
+
 BUILDINFO = {"version": "3.4.2", "revision": "a1b2c3d", "branch": "HEAD", "buildUser": "root@buildkitsandbox",
              "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.23.4"}
 
 
-def loki_app(*, labels: dict[str, str], ready: bool = True, token: str | None = None,
+def loki_app(*, labels: dict[str, str], ready: bool = True, token: str | None = None, tenant: str | None = None,
              age_s: float = 2.0) -> web.Application:
     async def check_auth(request: web.Request) -> None:
-        if token and request.headers.get("Authorization") != f"Basic {token}":
+        if token and request.headers.get("Authorization") != token:
+            raise web.HTTPUnauthorized(text="unauthorized\n")
+        if tenant and request.headers.get("X-Scope-OrgID") != tenant:
             raise web.HTTPUnauthorized(text="no org id\n")
 
     async def ready_h(request: web.Request) -> web.Response:
@@ -67,7 +72,7 @@ def good_loki() -> Iterator[str]:
 
 
 def test_good_loki_passes_with_version_sample_and_lag(good_loki: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    run = run_doctor(monkeypatch, "--loki-url", good_loki, "--db", "sqlite+aiosqlite:///:memory:")
+    run = run_doctor(monkeypatch, "--loki-url", good_loki, "--db", MEMORY_DB)
     assert run.code == 0, run.checks
     assert run.status("loki") == "ok" and "3.4.2" in run.check("loki")["message"]
     streams = run.check("loki.streams")
@@ -79,35 +84,42 @@ def test_good_loki_passes_with_version_sample_and_lag(good_loki: str, monkeypatc
 
 def test_names_a_wrong_job_label(monkeypatch: pytest.MonkeyPatch) -> None:
     with serve(loki_app(labels={"slurm_job": "4242", "host": "node1"})) as url:
-        run = run_doctor(monkeypatch, "--loki-url", url, "--db", "sqlite+aiosqlite:///:memory:")
+        run = run_doctor(monkeypatch, "--loki-url", url, "--db", MEMORY_DB)
     assert run.code == 1 and run.failed() == ["loki.streams"]
     assert "'job_id'" in run.check("loki.streams")["message"] and "slurm_job" in run.check("loki.streams")["message"]
     assert "loki_job_label" in run.check("loki.streams")["fix"]
 
 
 def test_names_a_missing_host_label_as_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    with serve(loki_app(labels={"job_id": "4242"})) as url:
-        run = run_doctor(monkeypatch, "--loki-url", url, "--db", "sqlite+aiosqlite:///:memory:")
+    with serve(loki_app(labels={"job_id": "4242", "filename": "/jobs/slurm-4242.out"})) as url:
+        run = run_doctor(monkeypatch, "--loki-url", url, "--db", MEMORY_DB)
     assert run.code == 0 and run.status("loki.streams") == "warn"
     assert "loki_host_label" in run.check("loki.streams")["message"]
 
 
-def test_names_auth_not_ready_and_down(monkeypatch: pytest.MonkeyPatch) -> None:
-    with serve(loki_app(labels={"job_id": "1"}, token="dTpw")) as url:
-        run = run_doctor(monkeypatch, "--loki-url", url, "--db", "sqlite+aiosqlite:///:memory:")
+def test_names_auth_not_ready_and_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with serve(loki_app(labels={"job_id": "1", "host": "n", "filename": "f"}, token="Basic dTpw",
+                        tenant="team-a")) as url:
+        run = run_doctor(monkeypatch, "--loki-url", url, "--db", MEMORY_DB)
         assert run.failed() == ["loki"] and "authentication" in run.check("loki")["message"]
-        user = run_doctor(monkeypatch, "--loki-url", url.replace("http://", "http://u:p@"),
-                          "--db", "sqlite+aiosqlite:///:memory:")
-        assert user.code == 0, user.checks  # credentials in the URL are sent (Basic u:p)
+        assert "loki_tenant" in run.check("loki")["fix"]
+        secret = tmp_path / "password"
+        secret.write_text("p\n")
+        user = run_doctor(monkeypatch, "--loki-url", url, "--db", MEMORY_DB, "--loki-tenant", "team-a",
+                          "--loki-username", "u", "--loki-password-file", str(secret))
+        assert user.code == 0, user.checks  # the same tenant and basic auth the Loki source sends
+        missing = run_doctor(monkeypatch, "--loki-url", url, "--db", MEMORY_DB, "--loki-tenant", "team-a",
+                             "--loki-username", "u", "--loki-password-file", str(tmp_path / "nope"))
+        assert missing.failed() == ["loki"] and "loki_password_file" in missing.check("loki")["message"]
     with serve(loki_app(labels={"job_id": "1"}, ready=False)) as url:
-        run = run_doctor(monkeypatch, "--loki-url", url, "--db", "sqlite+aiosqlite:///:memory:")
+        run = run_doctor(monkeypatch, "--loki-url", url, "--db", MEMORY_DB)
         assert run.failed() == ["loki"] and "503" in run.check("loki")["message"]
     down = url  # the server above is stopped now
-    run = run_doctor(monkeypatch, "--loki-url", down, "--db", "sqlite+aiosqlite:///:memory:")
+    run = run_doctor(monkeypatch, "--loki-url", down, "--db", MEMORY_DB)
     assert run.code == 1 and run.failed() == ["loki"] and "cannot connect" in run.check("loki")["message"]
 
 
 def test_old_newest_line_is_a_lag_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    with serve(loki_app(labels={"job_id": "7", "host": "node2"}, age_s=1200)) as url:
-        run = run_doctor(monkeypatch, "--loki-url", url, "--db", "sqlite+aiosqlite:///:memory:")
+    with serve(loki_app(labels={"job_id": "7", "host": "node2", "filename": "f"}, age_s=1200)) as url:
+        run = run_doctor(monkeypatch, "--loki-url", url, "--db", MEMORY_DB)
     assert run.code == 0 and run.status("loki.lag") == "warn"
