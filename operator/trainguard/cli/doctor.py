@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import sys
 from collections.abc import Awaitable
 from typing import Any
@@ -129,10 +130,15 @@ async def run_checks(cfg: config.DoctorSettings) -> list[Any]:
             prom_url = cfg.prometheus_url
 
             async def prometheus() -> list[report.Check]:
+                try:
+                    node_regex = re.compile(cfg.prometheus_node_regex) if cfg.prometheus_node_regex else None
+                except re.error as exc:
+                    return [report.fail("prometheus", f"prometheus_node_regex {cfg.prometheus_node_regex!r}: {exc}",
+                                        "fix --prometheus-node-regex / TRAINGUARD_PROMETHEUS_NODE_REGEX")]
                 await asyncio.wait([scheduler_task])  # the node names, when the scheduler answered
                 return await metrics.prometheus(
                     session, prom_url, hostname_label=cfg.prometheus_hostname_label,
-                    scheduler_nodes=probe.nodes if probe else None, limit_s=timeout)
+                    scheduler_nodes=probe.nodes if probe else None, limit_s=timeout, node_regex=node_regex)
 
             tasks.append(report.guarded("prometheus", prometheus, group * 2))
         else:

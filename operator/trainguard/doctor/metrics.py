@@ -7,6 +7,7 @@ node names at all: a label holding FQDNs or pod names silently turns off the GPU
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,13 +34,25 @@ throttle reasons); a node without DCGM_FI_DEV_XID_ERRORS has no Xid evidence at 
 SETTING = "TRAINGUARD_PROMETHEUS_URL / --prometheus-url"
 
 
-def short(name: str) -> str:
-    """``node1.cluster.local`` -> ``node1``: the exporter may report an FQDN where Slurm uses the short name."""
-    return name.split(".", 1)[0]
+def node_of(value: str, nodes: set[str], node_regex: re.Pattern[str] | None = None) -> str | None:
+    """The scheduler node a hostname label value names, as the GPU-evidence source maps it: with
+    ``node_regex``, its first group (or whole match); else the value itself, or its part before the
+    first dot (the exporter may report an FQDN where Slurm uses the short name)."""
+    if node_regex is not None:
+        m = node_regex.search(value)
+        if m is None:
+            return None
+        name = m.group(1) if m.groups() else m.group(0)
+        return name if name in nodes else None
+    if value in nodes:
+        return value
+    short = value.split(".", 1)[0]
+    return short if short in nodes else None
 
 
 async def prometheus(session: aiohttp.ClientSession, url: str, *, hostname_label: str,
-                     scheduler_nodes: Sequence[str] | None, limit_s: float) -> list[Check]:
+                     scheduler_nodes: Sequence[str] | None, limit_s: float,
+                     node_regex: re.Pattern[str] | None = None) -> list[Check]:
     """``prometheus`` (reachable, auth, version; Prometheus or VictoriaMetrics), ``prometheus.dcgm``
     (metrics per node) and ``prometheus.hostnames`` (label values vs scheduler node names)."""
     name = "prometheus"
@@ -104,19 +117,20 @@ async def prometheus(session: aiohttp.ClientSession, url: str, *, hostname_label
     else:
         checks.append(ok(f"{name}.dcgm", f"DCGM metrics for {len(by_node)} node(s) ({summary})",
                          {"metrics_by_node": details}))
-    checks.append(hostnames(f"{name}.hostnames", sorted(by_node), scheduler_nodes, hostname_label))
+    checks.append(hostnames(f"{name}.hostnames", sorted(by_node), scheduler_nodes, hostname_label, node_regex))
     return checks
 
 
 def hostnames(name: str, label_values: Sequence[str], scheduler_nodes: Sequence[str] | None,
-              hostname_label: str) -> Check:
-    """The hostname label's values against the scheduler's node names (exact or short name)."""
+              hostname_label: str, node_regex: re.Pattern[str] | None = None) -> Check:
+    """The hostname label's values against the scheduler's node names (``node_of``)."""
     if scheduler_nodes is None:
         return warn(name, f"scheduler not available: {hostname_label} values ({', '.join(label_values[:8])}) "
                     "not compared with node names", "configure --scheduler so that doctor can compare")
     nodes = set(scheduler_nodes)
-    matched = {v for v in label_values if v in nodes or short(v) in nodes}
-    covered = {v if v in nodes else short(v) for v in matched}
+    mapped = {v: node_of(v, nodes, node_regex) for v in label_values}
+    matched = {v for v, node in mapped.items() if node is not None}
+    covered = {node for node in mapped.values() if node is not None}
     lacking = sorted(nodes - covered)
     strangers = sorted(set(label_values) - matched)
     details = {"matched": sorted(matched), "not_scheduler_nodes": strangers, "nodes_without_dcgm": lacking}

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 
+from tests.support.doctor import run_doctor
 from trainguard.doctor import logs, metrics, report, slurm
 from trainguard.schedulers import slurm_cli
 
@@ -78,6 +80,10 @@ def test_hostname_label_values_against_scheduler_nodes() -> None:
     assert wrong.status == "fail" and "prometheus_hostname_label" in (wrong.fix or "")
     unknown = metrics.hostnames("h", ["node1"], None, "Hostname")
     assert unknown.status == "warn"
+    pods = ["dcgm-exporter-node1-x7f", "dcgm-exporter-node2-a1b", "dcgm-exporter-node3-k2d"]
+    assert metrics.hostnames("h", pods, nodes, "Hostname").status == "fail"
+    regex = re.compile(r"dcgm-exporter-(node\d+)-")
+    assert metrics.hostnames("h", pods, nodes, "Hostname", regex).status == "ok"
 
 
 def test_stream_fields() -> None:
@@ -137,3 +143,14 @@ def test_json_and_table_output() -> None:
     table = report.to_table(checks)
     assert "FAIL    c      broken" in table and "fix: do y" in table and "1 ok, 1 warn, 1 fail" in table
     assert report.failed(checks) and not report.failed(checks[:2])
+
+
+def test_a_bad_setting_is_one_failed_config_check_in_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = run_doctor(monkeypatch, env={"TRAINGUARD_MODE": "bogus"})
+    assert run.code == 1 and run.failed() == ["config"]
+    assert "TRAINGUARD_MODE" in run.check("config")["message"]
+    both = run_doctor(monkeypatch, "--victorialogs-url", "http://a:9428", "--loki-url", "http://b:3100")
+    assert both.failed() == ["config"] and "one log store" in both.check("config")["message"]
+    regex = run_doctor(monkeypatch, "--prometheus-url", "http://127.0.0.1:9", "--prometheus-node-regex", "(",
+                       "--db", "sqlite+aiosqlite:///:memory:")
+    assert "prometheus_node_regex" in regex.check("prometheus")["message"]
