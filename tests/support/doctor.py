@@ -9,14 +9,20 @@ import io
 import json
 import os
 import threading
+import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
+from tests.support.log_shipper import now_rfc3339
 from trainguard.cli import main as cli_main
+from trainguard.store import database
 
 
 @dataclass(frozen=True)
@@ -88,3 +94,39 @@ def serve(app: web.Application) -> Iterator[str]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         loop.close()
+
+
+def migrated_sqlite(tmp_path: Path) -> str:
+    """An SQLite audit database at the current schema, as `trainguard run` leaves it."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}"
+
+    async def create() -> None:
+        store = await database.open_store(url)
+        await store.close()
+
+    asyncio.run(create())
+    return url
+
+
+def push_lines(url: str, rows: list[dict[str, str]], stream_fields: str) -> None:
+    """Ship ``rows`` to VictoriaLogs at ``url`` as a production shipper does (JSON lines, the
+    ``application/stream+json`` Content-Type without which nothing is stored, stream fields)."""
+    body = "".join(json.dumps({"_time": now_rfc3339(), **row}) + "\n" for row in rows).encode()
+    query = urllib.parse.urlencode({"_stream_fields": stream_fields, "_msg_field": "log", "_time_field": "_time"})
+    request = urllib.request.Request(f"{url}/insert/jsonline?{query}", data=body, method="POST",
+                                     headers={"Content-Type": "application/stream+json"})
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        assert resp.status == 200
+
+
+def wait_queryable(url: str, count: int, timeout: float = 60) -> None:
+    """Rows become visible to queries about a second after ingest: wait for them, not for a time."""
+    query = urllib.parse.urlencode({"query": "* | count() rows"})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{url}/select/logsql/query?{query}", timeout=30) as resp:
+            lines = [json.loads(line) for line in resp.read().decode().splitlines() if line.strip()]
+        if lines and int(lines[0].get("rows", 0)) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{count} rows not queryable within {timeout} s")

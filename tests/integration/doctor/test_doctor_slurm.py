@@ -15,21 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.support import slurm
-from tests.support.doctor import BrokenCluster, run_doctor
+from tests.support.doctor import BrokenCluster, migrated_sqlite, run_doctor
 from trainguard.store import database
 
 pytestmark = [pytest.mark.integration]
-
-
-def migrated_sqlite(tmp_path: Path) -> str:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}"
-
-    async def create() -> None:
-        store = await database.open_store(url)
-        await store.close()
-
-    asyncio.run(create())
-    return url
 
 
 def _rest_spec(cluster: slurm.SlurmCluster) -> str:

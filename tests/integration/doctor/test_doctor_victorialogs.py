@@ -4,15 +4,9 @@ shipper using other field names, a wrong port and a stopped server are each name
 
 from __future__ import annotations
 
-import json
-import time
-import urllib.parse
-import urllib.request
-
 import pytest
 
-from tests.support.doctor import run_doctor
-from tests.support.log_shipper import now_rfc3339
+from tests.support.doctor import push_lines, run_doctor, wait_queryable
 from tests.support.victorialogs import VictoriaLogsServer, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.victorialogs]
@@ -20,33 +14,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.victorialogs]
 MEMORY_DB = "sqlite+aiosqlite:///:memory:"
 
 
-def push(server: VictoriaLogsServer, rows: list[dict[str, str]], stream_fields: str) -> None:
-    body = "".join(json.dumps({"_time": now_rfc3339(), **row}) + "\n" for row in rows).encode()
-    query = urllib.parse.urlencode({"_stream_fields": stream_fields, "_msg_field": "log", "_time_field": "_time"})
-    request = urllib.request.Request(f"{server.url}/insert/jsonline?{query}", data=body, method="POST",
-                                     headers={"Content-Type": "application/stream+json"})
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        assert resp.status == 200
-
-
-def wait_queryable(server: VictoriaLogsServer, count: int, timeout: float = 60) -> None:
-    """Rows become visible to queries about a second after ingest: wait for them, not for a time."""
-    query = urllib.parse.urlencode({"query": "* | count() rows"})
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"{server.url}/select/logsql/query?{query}", timeout=30) as resp:
-            lines = [json.loads(line) for line in resp.read().decode().splitlines() if line.strip()]
-        if lines and int(lines[0].get("rows", 0)) >= count:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{count} rows not queryable within {timeout} s")
-
-
 def test_good_streams_pass_with_version_sample_and_lag(victorialogs: VictoriaLogsServer,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    push(victorialogs, [{"job_id": "4242", "host": "node1", "filename": "/jobs/slurm-4242.out",
+    push_lines(victorialogs.url, [{"job_id": "4242", "host": "node1", "filename": "/jobs/slurm-4242.out",
                          "log": f"step {i} loss 1.{i}"} for i in range(3)], "job_id,host,filename")
-    wait_queryable(victorialogs, 3)
+    wait_queryable(victorialogs.url, 3)
     run = run_doctor(monkeypatch, "--victorialogs-url", victorialogs.url, "--db", MEMORY_DB)
     assert run.code == 0, run.checks
     assert run.status("victorialogs") == "ok" and "v1.52.1" in run.check("victorialogs")["message"]
@@ -60,8 +32,8 @@ def test_good_streams_pass_with_version_sample_and_lag(victorialogs: VictoriaLog
 
 def test_names_streams_without_the_job_field(victorialogs: VictoriaLogsServer,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    push(victorialogs, [{"slurm_job": "4242", "host": "node1", "log": "hello"}], "slurm_job,host")
-    wait_queryable(victorialogs, 1)
+    push_lines(victorialogs.url, [{"slurm_job": "4242", "host": "node1", "log": "hello"}], "slurm_job,host")
+    wait_queryable(victorialogs.url, 1)
     run = run_doctor(monkeypatch, "--victorialogs-url", victorialogs.url, "--db", MEMORY_DB)
     assert run.code == 1 and run.failed() == ["victorialogs.streams"]
     check = run.check("victorialogs.streams")
