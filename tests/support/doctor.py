@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.support import services, slurm
 from tests.support.log_shipper import now_rfc3339
 from trainguard.cli import main as cli_main
 from trainguard.store import database
@@ -59,6 +60,23 @@ def run_doctor(monkeypatch: pytest.MonkeyPatch, *args: str, env: Mapping[str, st
     for check in report["checks"]:
         assert check["status"] in ("ok", "warn", "fail") and check["name"] and check["message"]
     return DoctorRun(code, report["checks"])
+
+
+@dataclass
+class AccountingCluster:
+    """A one-node cluster whose slurmctld stores accounting in a real slurmdbd (on a private MariaDB);
+    ``configure(flags)`` rewrites AccountingStoreFlags and restarts slurmctld."""
+
+    env: dict[str, str]
+    script_env: dict[str, str]
+    dbd_port: int
+
+    def configure(self, store_flags: str | None) -> None:
+        extra = ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
+                 f"AccountingStoragePort={self.dbd_port}"]
+        if store_flags:
+            extra.append(f"AccountingStoreFlags={store_flags}")
+        services.run_script([str(slurm.SCRIPT), "up"], {**self.script_env, "TG_SLURM_CONF_EXTRA": "\n".join(extra)})
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import slurm
-from tests.support.doctor import BrokenCluster, migrated_sqlite, run_doctor
+from tests.support.doctor import AccountingCluster, BrokenCluster, migrated_sqlite, run_doctor
 from trainguard.store import database
 
 pytestmark = [pytest.mark.integration]
@@ -147,3 +147,23 @@ def test_console_script_prints_one_json_object(slurm_cluster: slurm.SlurmCluster
                            capture_output=True, text=True, timeout=120, check=False)
     assert table.returncode == 1
     assert any(line.startswith("FAIL") and "database" in line for line in table.stdout.splitlines())
+
+
+@pytest.mark.slurm
+@pytest.mark.mariadb
+def test_names_accounting_without_job_comment(slurm_cluster_with_accounting: AccountingCluster, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurmctld storing accounting in a real slurmdbd: without job_comment the opt-in comment is
+    dropped from accounting (a warning naming AccountingStoreFlags); with it, ok."""
+    cluster = slurm_cluster_with_accounting
+    db = migrated_sqlite(tmp_path)
+    cluster.configure("job_env")
+    run = run_doctor(monkeypatch, "--scheduler", "slurm-local", "--db", db, env=cluster.env)
+    check = run.check("slurm.job_comment")
+    assert check["status"] == "warn", run.checks
+    assert "accounting_storage/slurmdbd" in check["message"] and "AccountingStoreFlags=job_env" in check["message"]
+    assert "job_comment" in check["fix"]
+    cluster.configure("job_comment,job_env")
+    run = run_doctor(monkeypatch, "--scheduler", "slurm-local", "--db", db, env=cluster.env)
+    assert run.status("slurm.job_comment") == "ok", run.checks
+    assert run.code == 0
