@@ -23,6 +23,9 @@
 #   TG_SLURM_NODE_PORT_BASE  17000                 node i listens on base+i
 #   TG_SLURM_REST_PORT       16820                 slurmrestd (127.0.0.1 only)
 #   TG_SLURM_CPUS / TG_SLURM_MEM   2 / 1000        CPUs and MB advertised per node
+#   TG_SLURM_JOB_REQUEUE     1                     slurm.conf JobRequeue (0: a cluster the loop
+#                                                  cannot requeue on, for `trainguard doctor` tests)
+#   TG_SLURM_CONF_EXTRA      (unset)               lines appended to slurm.conf (same purpose)
 #
 # After `up`:  source .local/slurm/env; sinfo
 #   (exports SLURM_CONF, SLURMRESTD_URL, SLURM_JWT, SLURM_API_VERSION, SLURM_VERSION, TG_SLURM_NODES)
@@ -48,13 +51,14 @@ CTLD_PORT=${TG_SLURM_CTLD_PORT:-16817}
 NODE_PORT_BASE=${TG_SLURM_NODE_PORT_BASE:-17000}
 REST_PORT=${TG_SLURM_REST_PORT:-16820}
 CPUS=${TG_SLURM_CPUS:-2}
+JOB_REQUEUE=${TG_SLURM_JOB_REQUEUE:-1}
 MEM=${TG_SLURM_MEM:-1000}
 JWT_LIFESPAN=604800   # 7 days: a developer's shell that sourced the env file keeps working
 CONF=$B/etc/slurm.conf
 ENV_FILE=$B/env
 export SLURM_CONF=$CONF
 
-for v in CTLD_PORT NODE_PORT_BASE REST_PORT CPUS MEM; do
+for v in CTLD_PORT NODE_PORT_BASE REST_PORT CPUS MEM JOB_REQUEUE; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || tg_die "TG_SLURM_$v must be a number, got '${!v}'"
 done
 
@@ -216,7 +220,7 @@ SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 # a scheduler pass every 1-2 s: state changes show up in seconds, not minutes
 SchedulerParameters=sched_interval=2,bf_interval=1
-JobRequeue=1
+JobRequeue=$JOB_REQUEUE
 MpiDefault=none
 # a node whose slurmd comes back is usable again at once
 ReturnToService=2
@@ -230,6 +234,7 @@ SlurmdTimeout=10
 NodeName=node[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((NODE_PORT_BASE + 1))-$((NODE_PORT_BASE + NODES))] CPUs=$CPUS RealMemory=$MEM State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
+  if [ -n "${TG_SLURM_CONF_EXTRA:-}" ]; then printf '%s\n' "$TG_SLURM_CONF_EXTRA" >> "$tmp"; fi
   chmod 644 "$tmp"
   printf '#!/bin/sh\n# written by hack/local-slurm.sh: see TaskProlog in slurm.conf\necho "unset SLURM_JWT"\n' |
     tg_write_atomic "$B/etc/task-prolog.sh" 755

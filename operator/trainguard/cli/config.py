@@ -354,6 +354,35 @@ class OperatorSettings(Settings):
                 or self.pod_namespace or "default"}
 
 
+class DoctorSettings(Settings):
+    """``trainguard doctor``: the settings of ``run`` (same flags, environment and config file), checked
+    against the live endpoints instead of run. Nothing is required: what is not configured is reported."""
+
+    COMMAND: ClassVar[str] = "doctor"
+
+    policy: PathList = Field(default_factory=list, description="RecoveryPolicy YAML file to validate (repeatable; "
+                             "comma-separated in the environment)", json_schema_extra=_flag(metavar="FILE"))
+    ssh_key: PathList = Field(default_factory=list, description="SSH private key for slurm-ssh (repeatable)",
+                              json_schema_extra=_flag(metavar="FILE"))
+    known_hosts: Path | None = Field(None, description="SSH known_hosts file for slurm-ssh",
+                                     json_schema_extra=_flag(metavar="FILE"))
+    # The two settings below are declared in Settings by the GPU-evidence source (same names, types and
+    # defaults); until that is merged, doctor declares them itself. Delete them here after the merge.
+    prometheus_hostname_label: str = Field("Hostname", description="label of the DCGM series that names the node "
+                                           "(dcgm-exporter's default: Hostname)",
+                                           json_schema_extra=_flag(metavar="LABEL"))
+    prometheus_node_regex: str | None = Field(None, description="regex over that label's value whose first group (or "
+                                              "whole match) is the scheduler's node name (default: the value, or its "
+                                              "part before the first dot)", json_schema_extra=_flag(metavar="REGEX"))
+    check_timeout: float = Field(10.0, gt=0, description="seconds one check may take before it is reported as "
+                                 "failed", json_schema_extra=_flag(metavar="SECONDS"))
+
+    @field_validator("policy", "ssh_key", mode="before")
+    @classmethod
+    def _split_paths(cls, value: Any) -> Any:
+        return _split_list(value)
+
+
 class ConfigFileSource(PydanticBaseSettingsSource):
     """The YAML config file: a mapping of setting names (``-`` or ``_``) to values."""
 

@@ -441,6 +441,21 @@ def argv_show_nodes() -> list[str]:
     return ["scontrol", "-o", "show", "node"]
 
 
+def argv_show_config() -> list[str]:
+    return ["scontrol", "show", "config"]
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` (``Key  = value`` lines) -> ``Key -> value``; other lines skipped."""
+    config: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if sep and key and " " not in key:
+            config.setdefault(key, value.strip())
+    return config
+
+
 def argv_job_op(op: str, job_id: str) -> list[str]:
     if op not in ("requeue", "requeuehold", "hold", "release"):
         raise ValueError(f"unknown job operation {op!r}")

@@ -68,6 +68,11 @@ class SlurmCommandScheduler:
             self._cluster = m.group(1) if m else "default"
         return self._cluster
 
+    async def show_config(self) -> dict[str, str]:
+        """slurmctld's running configuration (``scontrol show config``): what ``trainguard doctor``
+        checks the loop's requirements against (JobRequeue, AccountingStoreFlags, ...)."""
+        return slurm_cli.parse_show_config((await self._call(slurm_cli.argv_show_config())).stdout)
+
     def _json(self, res: runner.CommandResult) -> dict[str, Any]:
         try:
             data = json.loads(res.stdout)

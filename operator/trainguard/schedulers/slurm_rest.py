@@ -122,6 +122,18 @@ class SlurmRest:
             logger.info("%s: using API %s", self.name, self._version)
         return self._version
 
+    async def ping(self) -> str:
+        """The Slurm release slurmrestd reports (``meta.Slurm.release``, e.g. ``22.05.8``) from an
+        authenticated ``/ping``: proves the address, the API version and the token at once."""
+        data = await self._slurm("GET", "/ping")
+        meta = data.get("meta")
+        slurm = (meta.get("Slurm") or meta.get("slurm") or {}) if isinstance(meta, dict) else {}
+        release = slurm.get("release") if isinstance(slurm, dict) else None
+        if not release and isinstance(slurm, dict) and isinstance(slurm.get("version"), dict):
+            version = slurm["version"]
+            release = ".".join(str(version.get(k, "?")) for k in ("major", "minor", "micro"))
+        return str(release or "unknown")
+
     async def _minor(self) -> int:
         return int((await self.api_version()).rsplit(".", 1)[-1])
 

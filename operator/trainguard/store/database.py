@@ -131,6 +131,31 @@ def _upgrade_head(connection: Connection) -> None:
     command.upgrade(cfg, "head")
 
 
+def head_revision() -> str | None:
+    """The Alembic revision this release migrates to (``trainguard doctor`` compares a database with it)."""
+    from alembic.script import ScriptDirectory
+
+    cfg = alembic_config.Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def known_revisions() -> set[str]:
+    """Every revision id this release knows (a database at another one is from a newer release)."""
+    from alembic.script import ScriptDirectory
+
+    cfg = alembic_config.Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    return {rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions()}
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The database's Alembic revision; None for a database never migrated."""
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(connection).get_current_revision()
+
+
 def _has_audit_log(connection: Connection) -> bool:
     return sa.inspect(connection).has_table("audit_log")
 
