@@ -13,7 +13,7 @@
 #
 # Environment: TG_SLURM_ROOT=DIR runs the Slurm tiers against the Slurm of a root made by
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
-# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_KUBE=1 skip those tiers; TG_KEEP_CLUSTER=1 keeps
+# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_KUBE=1 / TG_SKIP_PROMETHEUS=1 skip those tiers; TG_KEEP_CLUSTER=1 keeps
 # services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it).
 set -euo pipefail
@@ -90,6 +90,13 @@ fi
 if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
   tg_log "hack/local-kube.sh build (cached after the first time)"
   hack/local-kube.sh build || tg_die "building the local Kubernetes API failed (TG_SKIP_KUBE=1 skips those tests)"
+fi
+
+# GPU evidence (signals/gpu_metrics.py): Debian's prometheus and VictoriaMetrics, compiled once from
+# the Go module registry into ~/.cache/trainguard/victoriametrics; the pytest fixtures start them.
+if [ "${TG_SKIP_PROMETHEUS:-0}" != 1 ]; then
+  tg_log "hack/local-prometheus.sh install (cached after the first time)"
+  hack/local-prometheus.sh install || tg_die "installing Prometheus/VictoriaMetrics failed (TG_SKIP_PROMETHEUS=1 skips those tests)"
 fi
 
 # ------------------------------------------------------------------ tests

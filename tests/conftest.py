@@ -12,10 +12,12 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.mariadb"]
+pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.mariadb",
+                  "tests.support.prometheus"]
 
 SKIP_SWITCHES = {
     "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mariadb": "TG_SKIP_MARIADB",
+    "prometheus": "TG_SKIP_PROMETHEUS",
 }
 """Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""
 
