@@ -134,6 +134,12 @@ class Settings(BaseSettings):
                                  "it instead of the output files", json_schema_extra=_flag(metavar="URL"))
     prometheus_url: str | None = Field(None, description="Prometheus or VictoriaMetrics base URL: DCGM GPU "
                                        "counters become evidence", json_schema_extra=_flag(metavar="URL"))
+    prometheus_hostname_label: str = Field("Hostname", description="label of the DCGM series that names the node "
+                                           "(dcgm-exporter's default: Hostname)",
+                                           json_schema_extra=_flag(metavar="LABEL"))
+    prometheus_node_regex: str | None = Field(None, description="regex over that label's value whose first group (or "
+                                              "whole match) is the scheduler's node name (default: the value, or its "
+                                              "part before the first dot)", json_schema_extra=_flag(metavar="REGEX"))
     log_level: LogLevel = "INFO"
 
     COMMAND: ClassVar[str] = ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import signal
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from trainguard.cli import config
 if TYPE_CHECKING:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
+    from trainguard.signals import gpu_metrics
 
 logger = logging.getLogger("trainguard.run")
 
@@ -85,6 +87,20 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+def open_gpu_metrics(cfg: config.Settings) -> gpu_metrics.GpuMetrics | None:
+    """The DCGM evidence source of ``--prometheus-url``, or None when it is not configured."""
+    from trainguard.signals import gpu_metrics
+
+    if not cfg.prometheus_url:
+        return None
+    try:
+        return gpu_metrics.GpuMetrics(gpu_metrics.GpuMetricsConfig(
+            url=cfg.prometheus_url.rstrip("/"), hostname_label=cfg.prometheus_hostname_label,
+            node_regex=cfg.prometheus_node_regex))
+    except (ValueError, re.error) as exc:
+        raise _Fatal(f"--prometheus-url settings: {exc}") from exc
+
+
 class _Fatal(Exception):
     """A start-up problem to report in one line."""
 
@@ -130,7 +146,8 @@ async def _main(
         raise _Fatal(str(exc)) from exc
     health = health_mod.Health()
     engine = engine_mod.Engine(
-        scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health
+        scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health,
+        gpu_metrics_=open_gpu_metrics(cfg),
     )
     stop = asyncio.Event()
     server = None
