@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,10 @@ TIMEOUT = 240.0
 BAD_GPU = 1
 
 
-def _script(workdir: Path, go: Path, comment: str) -> str:
-    """Two nodes; attempt 0 waits for the test's go, prints only the CUDA error and fails; later
-    attempts succeed. No Xid, no host name, nothing hardware-like in the output."""
+def _script(workdir: Path, go: Path, comment: str, *, crash: bool = True) -> str:
+    """Two nodes; attempt 0 waits for the test's go, prints only the CUDA error and fails (or, with
+    ``crash=False``, just finishes); later attempts succeed. No Xid, no host name, nothing
+    hardware-like in the output."""
     return (
         "#!/bin/bash\n"
         "#SBATCH --job-name=tg-gpu-evidence\n"
@@ -42,9 +44,8 @@ def _script(workdir: Path, go: Path, comment: str) -> str:
         'echo "attempt ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST}"\n'
         'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then\n'
         f"  for _ in $(seq 1200); do [ -e {go} ] && break; sleep 0.25; done\n"
-        '  echo "RuntimeError: CUDA error: unknown error"\n'
-        "  exit 1\n"
-        "fi\n"
+        + ('  echo "RuntimeError: CUDA error: unknown error"\n  exit 1\n' if crash else "")
+        + "fi\n"
         'echo "training complete"\n'
     )
 
@@ -62,18 +63,14 @@ def test_cuda_unknown_error_with_an_xid_only_in_prometheus_requeues_without_that
     script.write_text(_script(directory, go, f"trainguard policy={name}"))
     for exporter in gpu_telemetry.exporters.values():  # no Xid left from other tests on the GPU we use
         exporter.set(BAD_GPU, gpu_metrics.XID, 0)
-    sbatch_env = {k: v for k, v in slurm_cluster.env.items() if k != "SLURM_JWT"}
-    proc = subprocess.run(["sbatch", "--parsable", f"--chdir={directory}", str(script)], env=sbatch_env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False)
-    job_id = proc.stdout.strip().split(";", 1)[0]
-    assert proc.returncode == 0 and job_id.isdigit(), proc.stderr
-    slurm_cluster.submitted.append(job_id)
+    job_id = _submit(slurm_cluster, directory, script)
     bad = "node1"
     try:
         job = harness.wait_job(slurm_cluster, job_id, harness.running_again(0), timeout=TIMEOUT, what="running",
                                runner=runner, workdir=directory)
         nodes = expand_hostlist(job["NodeList"])
         bad = nodes[-1]  # the Xid appears after the attempt started (StartTime opens the evidence window)
+        _wait_tracked(runner, job_id)  # its output is read from the attempt's start
         for node in nodes:
             gpu_telemetry.wait_value("prometheus", node, gpu_metrics.XID, BAD_GPU, 0)
         gpu_telemetry.exporters[bad].set(BAD_GPU, gpu_metrics.XID, 79)
@@ -108,3 +105,72 @@ def test_cuda_unknown_error_with_an_xid_only_in_prometheus_requeues_without_that
         harness.cancel_if_active(slurm_cluster, job_id)
         gpu_telemetry.exporters[bad].set(BAD_GPU, gpu_metrics.XID, 0)
         runner.stop()
+
+
+def test_an_xid_in_prometheus_on_a_running_silent_job_requeues_it_without_that_node(
+    slurm_cluster: SlurmCluster, gpu_telemetry: GpuTelemetry, e2e_dir: Path,
+) -> None:
+    """Detection from metrics alone: the job's log never shows anything wrong; the policy says
+    ``detection.gpuMetricAction: requeue``, so the fault on a running job's node is acted on."""
+    directory = e2e_dir / "gpu-detection"
+    directory.mkdir(parents=True, exist_ok=True)
+    spec = harness.NO_LEMONS + "  detection:\n    gpuMetricAction: requeue\n"
+    policy, name = harness.isolated_policy(directory, spec=spec)
+    env = {**slurm_cluster.env, "TRAINGUARD_PROMETHEUS_URL": gpu_telemetry.url("prometheus")}
+    runner = harness.Trainguard(slurm_cluster, directory / "runner", mode="action", policy=policy, env=env).start()
+    go = directory / f"go-{secrets.token_hex(4)}"
+    script = directory / "job.sh"
+    script.write_text(_script(directory, go, f"trainguard policy={name}", crash=False))
+    gpu = 0
+    for exporter in gpu_telemetry.exporters.values():
+        exporter.set(gpu, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 0)
+    job_id = _submit(slurm_cluster, directory, script)
+    bad = "node1"
+    try:
+        job = harness.wait_job(slurm_cluster, job_id, harness.running_again(0), timeout=TIMEOUT, what="running",
+                               runner=runner, workdir=directory)
+        bad = expand_hostlist(job["NodeList"])[0]
+        _wait_tracked(runner, job_id)
+        gpu_telemetry.wait_value("prometheus", bad, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu, 0)
+        gpu_telemetry.exporters[bad].set(gpu, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 3)  # uncorrectable ECC errors
+
+        final = harness.wait_job(slurm_cluster, job_id, harness.final_and_restarted(1), timeout=TIMEOUT,
+                                 what="final after one requeue", runner=runner, workdir=directory)
+        why = harness.diagnosis(runner, directory, job_id)
+        assert (final["JobState"], final["Restarts"]) == ("COMPLETED", "1"), why
+        assert bad in expand_hostlist(final["ExcNodeList"]), why
+        assert not go.exists()  # nothing but the metrics ended attempt 0
+
+        records = runner.audit(job_id)
+        anomaly = harness.of_kind(records, "anomaly", 0)[0]["payload"]
+        assert anomaly["category"] == "ecc_memory" and anomaly["suspect_nodes"] == [bad], why
+        assert [e["pattern"] for e in anomaly["evidence"]] == ["gpu_metrics.fault"]
+        verdict = harness.of_kind(records, "verdict", 0)[0]["payload"]
+        assert (verdict["attribution"], verdict["nodes"]) == ("hardware", [bad]), why
+        advice = harness.of_kind(records, "advice", 0)[0]["payload"]
+        assert advice["action"] == "requeue" and advice["exclusions"] == [bad], why
+    finally:
+        go.touch()
+        harness.cancel_if_active(slurm_cluster, job_id)
+        gpu_telemetry.exporters[bad].set(gpu, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 0)
+        runner.stop()
+
+
+def _submit(cluster: SlurmCluster, directory: Path, script: Path) -> str:
+    env = {k: v for k, v in cluster.env.items() if k != "SLURM_JWT"}
+    proc = subprocess.run(["sbatch", "--parsable", f"--chdir={directory}", str(script)], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False)
+    job_id = proc.stdout.strip().split(";", 1)[0]
+    assert proc.returncode == 0 and job_id.isdigit(), proc.stderr
+    cluster.submitted.append(job_id)
+    return job_id
+
+
+def _wait_tracked(runner: harness.Trainguard, job_id: str) -> None:
+    """Wait until the runner tracks attempt 0 of the job (a job first seen already failed is judged
+    by its exit state alone: output lines it cannot place are not charged to the attempt)."""
+    text = f"(job {job_id}, attempt 0, "
+    deadline = time.monotonic() + TIMEOUT
+    while text not in runner.log():
+        assert time.monotonic() < deadline, f"the runner never saw job {job_id} running:\n{runner.log()[-3000:]}"
+        time.sleep(0.2)
