@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
 from trainguard.cli import common, config
@@ -41,8 +42,14 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handler call otherwise
     if common.load_catalog("operator", cfg.patterns_file) is None:  # one line now, not a kopf traceback later
         return common.USAGE_ERROR
+    from trainguard.cli import run as run_cli
     from trainguard.k8s import operator
 
+    try:
+        gpu_metrics = run_cli.gpu_metrics_config(cfg)
+    except ValueError as exc:
+        print(f"trainguard operator: {exc}", file=sys.stderr)
+        return common.USAGE_ERROR
     namespaces = cfg.namespaces()
     assert cfg.scheduler is not None
     operator_config = operator.OperatorConfig(
@@ -64,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         rest_fallback=cfg.rest_fallback,
         patterns_files=tuple(cfg.patterns_file),
         slinky_namespace=cfg.slinky_namespace,
+        gpu_metrics=gpu_metrics,
     )
     code: int = operator.main(operator_config)
     return code

@@ -87,18 +87,34 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def open_gpu_metrics(cfg: config.Settings) -> gpu_metrics.GpuMetrics | None:
-    """The DCGM evidence source of ``--prometheus-url``, or None when it is not configured."""
+def gpu_metrics_config(cfg: config.Settings) -> gpu_metrics.GpuMetricsConfig | None:
+    """The DCGM evidence source's settings (``--prometheus-url`` and friends), checked; None when no
+    URL is set. Raises ValueError naming the bad setting."""
     from trainguard.signals import gpu_metrics
 
     if not cfg.prometheus_url:
         return None
+    result = gpu_metrics.GpuMetricsConfig(url=cfg.prometheus_url.rstrip("/"),
+                                          hostname_label=cfg.prometheus_hostname_label,
+                                          node_regex=cfg.prometheus_node_regex)
     try:
-        return gpu_metrics.GpuMetrics(gpu_metrics.GpuMetricsConfig(
-            url=cfg.prometheus_url.rstrip("/"), hostname_label=cfg.prometheus_hostname_label,
-            node_regex=cfg.prometheus_node_regex))
-    except (ValueError, re.error) as exc:
-        raise _Fatal(f"--prometheus-url settings: {exc}") from exc
+        gpu_metrics.GpuMetrics(result)
+    except re.error as exc:
+        raise ValueError(f"--prometheus-node-regex: {exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"--prometheus-hostname-label: {exc}") from exc
+    return result
+
+
+def open_gpu_metrics(cfg: config.Settings) -> gpu_metrics.GpuMetrics | None:
+    """The DCGM evidence source of ``--prometheus-url``, or None when it is not configured."""
+    from trainguard.signals import gpu_metrics
+
+    try:
+        settings = gpu_metrics_config(cfg)
+    except ValueError as exc:
+        raise _Fatal(str(exc)) from exc
+    return None if settings is None else gpu_metrics.GpuMetrics(settings)
 
 
 class _Fatal(Exception):

@@ -55,6 +55,7 @@ from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base, factory
+from trainguard.signals import gpu_metrics as gpu_metrics_mod
 from trainguard.store import audit, database
 
 logger = logging.getLogger("trainguard.operator")
@@ -101,6 +102,8 @@ class OperatorConfig:
     slinky_namespace: str | None = None
     """Namespace of a Slinky cluster's slurmd pods; when set, lemon nodes of Action-mode advice are
     isolated by cordoning their Kubernetes node (policy must allow ``cordonNode``)."""
+    gpu_metrics: gpu_metrics_mod.GpuMetricsConfig | None = None
+    """DCGM evidence from Prometheus/VictoriaMetrics (``--prometheus-url``); None: not configured."""
 
 
 @dataclass
@@ -443,6 +446,7 @@ class Shell:
         self.engine = engine_mod.Engine(
             self.scheduler, self.store, self.book.policy_set(), self.catalog, clock_=self.clock,
             settings=self.engine_settings, listeners=[self.on_record], health=self.health, fence=fence,
+            gpu_metrics_=gpu_metrics_mod.GpuMetrics(self.config.gpu_metrics) if self.config.gpu_metrics else None,
         )
         self.health.standby = None
         for workload, mode in self.overrides.items():
