@@ -138,6 +138,7 @@ async def _main(
 
     db_url = cfg.database_url()
     env = cfg.scheduler_env()
+    metrics = open_gpu_metrics(cfg)  # a bad setting stops us before anything is opened
     assert cfg.scheduler is not None
     try:
         fallback = None
@@ -163,7 +164,7 @@ async def _main(
     health = health_mod.Health()
     engine = engine_mod.Engine(
         scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health,
-        gpu_metrics_=open_gpu_metrics(cfg),
+        gpu_metrics_=metrics,
     )
     stop = asyncio.Event()
     server = None
