@@ -628,10 +628,10 @@ class Engine:
         rt.last_anomaly = anomaly
         await self._notify(rt, vocab.AuditKind.ANOMALY, anomaly.model_dump(mode="json"))
         verdict = await self._attribute(rt, anomaly, attempt, now)
-        await self.store.record_verdict(workload=rt.workload, attempt=attempt, verdict=verdict, at=self.clock.now())
-        rt.last_verdict = verdict
-        await self._notify(rt, vocab.AuditKind.VERDICT, verdict.model_dump(mode="json"))
-        rt.history = ledger.record_anomaly(rt.history, attempt, verdict.category, verdict.attribution)
+        if self._awaits_metrics(rt, anomaly, verdict, attempt):
+            rt.task = self._spawn(self._after_metrics(rt, anomaly, attempt), f"await-metrics:{rt.workload}:{attempt}")
+            return
+        await self._record_verdict(rt, verdict, attempt)
 
         earlier = rt.advised.get(attempt)
         if earlier is not None and not _stronger(verdict, earlier):
@@ -646,6 +646,39 @@ class Engine:
         item = await self._decide(rt, anomaly, verdict, attempt, save_tail=True)
         if item is not None:
             rt.task = self._spawn(self._carry_out(rt, item), f"recover:{rt.workload}:{attempt}:{item.generation}")
+
+    async def _record_verdict(self, rt: WorkloadRuntime, verdict: verdicts.Verdict, attempt: int) -> None:
+        await self.store.record_verdict(workload=rt.workload, attempt=attempt, verdict=verdict, at=self.clock.now())
+        rt.last_verdict = verdict
+        await self._notify(rt, vocab.AuditKind.VERDICT, verdict.model_dump(mode="json"))
+        rt.history = ledger.record_anomaly(rt.history, attempt, verdict.category, verdict.attribution)
+
+    def _awaits_metrics(self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, verdict: verdicts.Verdict,
+                        attempt: int) -> bool:
+        """Whether to give the GPU metrics time before deciding on this crash: the job's log could not
+        say (unknown or system), the metrics answered without a fault, and the fault, if there was one,
+        may still be on its way (DCGM samples and Prometheus scrapes every 15-30 s, a crash is read
+        within a second). Only the first decision of an attempt waits, and only one at a time."""
+        if self.gpu_metrics is None or self.gpu_metrics.config.wait_s <= 0 or attempt in rt.advised:
+            return False
+        if rt.task is not None and not rt.task.done():
+            return False
+        answered = any(s.name == gpu_metrics.SOURCE and s.state == evidence_model.SourceState.USED
+                       for s in verdict.sources)
+        return (answered and anomaly.symptom == vocab.Symptom.CRASH and not any(f.fault for f in verdict.node_evidence)
+                and verdict.attribution in (vocab.Attribution.UNKNOWN, vocab.Attribution.SYSTEM))
+
+    async def _after_metrics(self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, attempt: int) -> None:
+        """The wait of ``_awaits_metrics``, in the workload's recovery task (detection of every other
+        workload goes on; this workload's later anomalies wait for it); then the verdict and the
+        decision as ``_handle`` makes them, and the recovery."""
+        assert self.gpu_metrics is not None
+        await asyncio.sleep(self.gpu_metrics.config.wait_s)
+        if rt.spec is None:
+            return
+        verdict = await self._attribute(rt, anomaly, attempt, self.clock.now())
+        await self._record_verdict(rt, verdict, attempt)
+        await self._carry_out(rt, await self._decide(rt, anomaly, verdict, attempt))
 
     async def _own_effect(self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, attempt: int) -> bool:
         """True (and recorded as evidence of that action) when ``anomaly`` is only the teardown that our
@@ -714,6 +747,12 @@ class Engine:
             if not rt.deferred or rt.spec is None:
                 return
             anomaly, verdict, attempt = rt.deferred.popleft()
+            earlier = rt.advised.get(attempt)
+            if earlier is not None and not _stronger(verdict, earlier):
+                # queued while a decision of the attempt was pending (e.g. waiting for GPU metrics)
+                # and it came out at least as strong: evidence only
+                item = None
+                continue
             item = await self._decide(rt, anomaly, verdict, attempt)
 
     async def _attribute(

@@ -156,6 +156,54 @@ def test_an_xid_in_prometheus_on_a_running_silent_job_requeues_it_without_that_n
         runner.stop()
 
 
+def test_an_xid_that_reaches_prometheus_after_the_crash_is_waited_for(
+    slurm_cluster: SlurmCluster, gpu_telemetry: GpuTelemetry, e2e_dir: Path,
+) -> None:
+    """The realistic order: the job's log shows the crash first, DCGM's sample and the scrape come
+    later. ``--prometheus-wait`` keeps the unknown crash's decision open until they can arrive."""
+    directory = e2e_dir / "gpu-late"
+    directory.mkdir(parents=True, exist_ok=True)
+    policy, name = harness.isolated_policy(directory, spec=harness.NO_LEMONS)
+    env = {**slurm_cluster.env, "TRAINGUARD_PROMETHEUS_URL": gpu_telemetry.url("prometheus"),
+           "TRAINGUARD_PROMETHEUS_WAIT": "45"}
+    runner = harness.Trainguard(slurm_cluster, directory / "runner", mode="action", policy=policy, env=env).start()
+    go = directory / f"go-{secrets.token_hex(4)}"
+    script = directory / "job.sh"
+    script.write_text(_script(directory, go, f"trainguard policy={name}"))
+    gpu = 0
+    for exporter in gpu_telemetry.exporters.values():
+        exporter.set(gpu, gpu_metrics.XID, 0)
+    job_id = _submit(slurm_cluster, directory, script)
+    bad = "node1"
+    try:
+        job = harness.wait_job(slurm_cluster, job_id, harness.running_again(0), timeout=TIMEOUT, what="running",
+                               runner=runner, workdir=directory)
+        bad = expand_hostlist(job["NodeList"])[0]
+        _wait_tracked(runner, job_id)
+        gpu_telemetry.wait_value("prometheus", bad, gpu_metrics.XID, gpu, 0)
+        go.touch()
+        harness.wait_audit(runner, job_id, lambda records: any(
+            r["kind"] == "anomaly" and r["payload"]["category"] == "cuda_error_other" for r in records),
+            timeout=TIMEOUT, what="the crash anomaly")
+        gpu_telemetry.exporters[bad].set(gpu, gpu_metrics.XID, 79)  # the fault arrives late
+
+        final = harness.wait_job(slurm_cluster, job_id, harness.final_and_restarted(1), timeout=TIMEOUT,
+                                 what="final after one requeue", runner=runner, workdir=directory)
+        why = harness.diagnosis(runner, directory, job_id)
+        assert (final["JobState"], final["Restarts"]) == ("COMPLETED", "1"), why
+        assert bad in expand_hostlist(final["ExcNodeList"]), why
+        records = runner.audit(job_id)
+        verdicts = [r["payload"] for r in harness.of_kind(records, "verdict", 0)]
+        assert (verdicts[0]["attribution"], verdicts[0]["nodes"]) == ("hardware", [bad]), why
+        advice = [r["payload"] for r in harness.of_kind(records, "advice", 0)]
+        assert [(a["action"], a["exclusions"]) for a in advice] == [("requeue", [bad])], why
+    finally:
+        go.touch()
+        harness.cancel_if_active(slurm_cluster, job_id)
+        gpu_telemetry.exporters[bad].set(gpu, gpu_metrics.XID, 0)
+        runner.stop()
+
+
 def _submit(cluster: SlurmCluster, directory: Path, script: Path) -> str:
     env = {k: v for k, v in cluster.env.items() if k != "SLURM_JWT"}
     proc = subprocess.run(["sbatch", "--parsable", f"--chdir={directory}", str(script)], env=env,

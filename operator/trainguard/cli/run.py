@@ -96,7 +96,7 @@ def gpu_metrics_config(cfg: config.Settings) -> gpu_metrics.GpuMetricsConfig | N
         return None
     result = gpu_metrics.GpuMetricsConfig(url=cfg.prometheus_url.rstrip("/"),
                                           hostname_label=cfg.prometheus_hostname_label,
-                                          node_regex=cfg.prometheus_node_regex)
+                                          node_regex=cfg.prometheus_node_regex, wait_s=cfg.prometheus_wait)
     try:
         gpu_metrics.GpuMetrics(result)
     except re.error as exc:

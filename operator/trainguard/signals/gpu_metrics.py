@@ -80,6 +80,9 @@ class GpuMetricsConfig:
     node_regex: str | None = None
     """Regex applied to the label value; its first group (or the whole match) is the node name."""
     timeout_s: float = 5.0
+    wait_s: float = 0.0
+    """How long the engine gives a fault to reach the server before deciding on a crash its log
+    cannot attribute (DCGM's sampling plus the scrape interval); 0: decide at once."""
 
 
 class _Unavailable(Exception):
