@@ -100,6 +100,9 @@ class WorkloadRuntime:
     that Kubernetes status and the console show; the audit store stays the durable log."""
     metric_faults: dict[int, set[tuple[str, str, int | None, float]]] = field(default_factory=dict)
     """Attempt -> GPU-metric faults already raised as anomalies (each one once)."""
+    awaiting_metrics: bool = False
+    """A crash's decision waits for the GPU metrics (``Engine._after_metrics``): like a deferred
+    decision, its lines must be read again after a restart, so read positions are not saved."""
 
     @property
     def tailers(self) -> list[tailer.LogTailer]:
@@ -438,7 +441,8 @@ class Engine:
         for rt in runtimes:
             if rt.spec is None:
                 continue  # never judged: nothing to resume
-            if not force and (rt.deferred or (rt.detector is not None and rt.detector.settling)):
+            if not force and (rt.deferred or rt.awaiting_metrics
+                              or (rt.detector is not None and rt.detector.settling)):
                 continue
             files = rt.book.unsaved() if not force else [f for f in rt.book.files if f.consumed is not None]
             if files:
@@ -629,6 +633,7 @@ class Engine:
         await self._notify(rt, vocab.AuditKind.ANOMALY, anomaly.model_dump(mode="json"))
         verdict = await self._attribute(rt, anomaly, attempt, now)
         if self._awaits_metrics(rt, anomaly, verdict, attempt):
+            rt.awaiting_metrics = True
             rt.task = self._spawn(self._after_metrics(rt, anomaly, attempt), f"await-metrics:{rt.workload}:{attempt}")
             return
         await self._record_verdict(rt, verdict, attempt)
@@ -673,12 +678,16 @@ class Engine:
         workload goes on; this workload's later anomalies wait for it); then the verdict and the
         decision as ``_handle`` makes them, and the recovery."""
         assert self.gpu_metrics is not None
-        await asyncio.sleep(self.gpu_metrics.config.wait_s)
-        if rt.spec is None:
-            return
-        verdict = await self._attribute(rt, anomaly, attempt, self.clock.now())
-        await self._record_verdict(rt, verdict, attempt)
-        await self._carry_out(rt, await self._decide(rt, anomaly, verdict, attempt))
+        try:
+            await asyncio.sleep(self.gpu_metrics.config.wait_s)
+            if rt.spec is None:
+                return
+            verdict = await self._attribute(rt, anomaly, attempt, self.clock.now())
+            await self._record_verdict(rt, verdict, attempt)
+            item = await self._decide(rt, anomaly, verdict, attempt)
+        finally:
+            rt.awaiting_metrics = False
+        await self._carry_out(rt, item)
 
     async def _own_effect(self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, attempt: int) -> bool:
         """True (and recorded as evidence of that action) when ``anomaly`` is only the teardown that our
