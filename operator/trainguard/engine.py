@@ -13,6 +13,9 @@ Three timers drive it: discovery (list opted-in jobs), tailing (read new lines, 
 the detectors), and the watchdog sweep. Every anomaly goes through attribution and the policy
 to an Advice, which is recorded *before* the executor touches the scheduler. Recovery of one
 workload runs as its own named task so a slow scheduler call never stalls detection elsewhere.
+With ``--prometheus-url``, a fourth timer reads the GPU metrics of running jobs (a hardware fault
+there is an anomaly), and every verdict weighs GPU metrics and the scheduler's node state
+(``attribute.evidence``); a crash the log cannot attribute waits for the metrics in its task.
 """
 
 from __future__ import annotations
