@@ -13,8 +13,8 @@
 #
 # Environment: TG_SLURM_ROOT=DIR runs the Slurm tiers against the Slurm of a root made by
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
-# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 skip those tiers; TG_KEEP_CLUSTER=1 keeps
-# services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
+# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 skip those
+# tiers; TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it).
 set -euo pipefail
 TG_SCRIPT_NAME="test"
@@ -103,6 +103,13 @@ fi
 if [ "${TG_SKIP_VLOGS:-0}" != 1 ]; then
   tg_log "hack/local-victorialogs.sh build (cached after the first time)"
   hack/local-victorialogs.sh build || tg_die "building VictoriaLogs failed (TG_SKIP_VLOGS=1 skips those tests)"
+fi
+
+# GPU evidence (signals/gpu_metrics.py): Debian's prometheus and VictoriaMetrics, compiled once from
+# the Go module registry into ~/.cache/trainguard/victoriametrics; the pytest fixtures start them.
+if [ "${TG_SKIP_PROMETHEUS:-0}" != 1 ]; then
+  tg_log "hack/local-prometheus.sh install (cached after the first time)"
+  hack/local-prometheus.sh install || tg_die "installing Prometheus/VictoriaMetrics failed (TG_SKIP_PROMETHEUS=1 skips those tests)"
 fi
 
 # ------------------------------------------------------------------ tests

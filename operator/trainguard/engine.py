@@ -13,6 +13,9 @@ Three timers drive it: discovery (list opted-in jobs), tailing (read new lines, 
 the detectors), and the watchdog sweep. Every anomaly goes through attribution and the policy
 to an Advice, which is recorded *before* the executor touches the scheduler. Recovery of one
 workload runs as its own named task so a slow scheduler call never stalls detection elsewhere.
+With ``--prometheus-url``, a fourth timer reads the GPU metrics of running jobs (a hardware fault
+there is an anomaly), and every verdict weighs GPU metrics and the scheduler's node state
+(``attribute.evidence``); a crash the log cannot attribute waits for the metrics in its task.
 """
 
 from __future__ import annotations
@@ -33,16 +36,18 @@ from trainguard.act import executor as executor_mod
 from trainguard.act import ports as act_ports
 from trainguard.act import undrain
 from trainguard.attribute import allocation as alloc
+from trainguard.attribute import evidence as node_evidence
 from trainguard.attribute import external, lemon, rules
 from trainguard.detect import catalog as catalog_mod
 from trainguard.detect import hosts, own_actions, sanitize, stream
 from trainguard.detect import matcher as matcher_mod
 from trainguard.model import actions, advice, anomalies, clock, limits, routing, signals, verdicts, vocab, workloads
+from trainguard.model import evidence as evidence_model
 from trainguard.observe import metrics as metrics_mod
 from trainguard.policy import blast_radius, decide, ledger, loader, overrides
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base
-from trainguard.signals import discovery, fileio, resume, sources, tailbook, tailer
+from trainguard.signals import discovery, fileio, gpu_metrics, resume, sources, tailbook, tailer
 from trainguard.store import audit
 
 logger = logging.getLogger(__name__)
@@ -99,6 +104,11 @@ class WorkloadRuntime:
     recent: collections.deque[dict[str, object]] = field(default_factory=lambda: collections.deque(maxlen=20))
     """The latest audit records of this workload (kind, time, summary), newest last: the view
     that Kubernetes status and the console show; the audit store stays the durable log."""
+    metric_faults: dict[int, set[tuple[str, str, int | None, float]]] = field(default_factory=dict)
+    """Attempt -> GPU-metric faults already raised as anomalies (each one once)."""
+    awaiting_metrics: bool = False
+    """A crash's decision waits for the GPU metrics (``Engine._after_metrics``): like a deferred
+    decision, its lines must be read again after a restart, so read positions are not saved."""
 
     @property
     def tailers(self) -> list[tailer.LogTailer]:
@@ -121,8 +131,11 @@ class Engine:
         health: health_mod.Health | None = None,
         fence: act_ports.Fence = act_ports.ALWAYS_LEADER,
         log_books: sources.BookFactory = sources.file_books,
+        gpu_metrics_: gpu_metrics.GpuMetrics | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.gpu_metrics = gpu_metrics_
+        """DCGM evidence from Prometheus/VictoriaMetrics (``--prometheus-url``); None: not configured."""
         self.health = health if health is not None else health_mod.Health()
         """Reachability of the scheduler and the store, learned from the timer loops' rounds."""
         self.store = store
@@ -174,6 +187,9 @@ class Engine:
             self._spawn(self._every(self.settings.sweep_interval_s, self.sweep, stop, health_mod.STORE),
                         "watchdog-sweep"),
         ]
+        if self.gpu_metrics is not None:
+            loops.append(self._spawn(self._every(self.settings.metrics_interval_s, self.watch_metrics, stop),
+                                     "gpu-metrics"))
         await stop.wait()
         for task in loops:
             task.cancel()
@@ -479,7 +495,8 @@ class Engine:
         for rt in runtimes:
             if rt.spec is None:
                 continue  # never judged: nothing to resume
-            if not force and (rt.deferred or (rt.detector is not None and rt.detector.settling)):
+            if not force and (rt.deferred or rt.awaiting_metrics
+                              or (rt.detector is not None and rt.detector.settling)):
                 continue
             files = rt.book.unsaved() if not force else [f for f in rt.book.files if f.consumed is not None]
             if files:
@@ -675,10 +692,11 @@ class Engine:
         rt.last_anomaly = anomaly
         await self._notify(rt, vocab.AuditKind.ANOMALY, anomaly.model_dump(mode="json"))
         verdict = await self._attribute(rt, anomaly, attempt, now)
-        await self.store.record_verdict(workload=rt.workload, attempt=attempt, verdict=verdict, at=self.clock.now())
-        rt.last_verdict = verdict
-        await self._notify(rt, vocab.AuditKind.VERDICT, verdict.model_dump(mode="json"))
-        rt.history = ledger.record_anomaly(rt.history, attempt, verdict.category, verdict.attribution)
+        if self._awaits_metrics(rt, anomaly, verdict, attempt):
+            rt.awaiting_metrics = True
+            rt.task = self._spawn(self._after_metrics(rt, anomaly, attempt), f"await-metrics:{rt.workload}:{attempt}")
+            return
+        await self._record_verdict(rt, verdict, attempt)
 
         earlier = rt.advised.get(attempt)
         if earlier is not None and not _stronger(verdict, earlier):
@@ -693,6 +711,43 @@ class Engine:
         item = await self._decide(rt, anomaly, verdict, attempt, save_tail=True)
         if item is not None:
             rt.task = self._spawn(self._carry_out(rt, item), f"recover:{rt.workload}:{attempt}:{item.generation}")
+
+    async def _record_verdict(self, rt: WorkloadRuntime, verdict: verdicts.Verdict, attempt: int) -> None:
+        await self.store.record_verdict(workload=rt.workload, attempt=attempt, verdict=verdict, at=self.clock.now())
+        rt.last_verdict = verdict
+        await self._notify(rt, vocab.AuditKind.VERDICT, verdict.model_dump(mode="json"))
+        rt.history = ledger.record_anomaly(rt.history, attempt, verdict.category, verdict.attribution)
+
+    def _awaits_metrics(self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, verdict: verdicts.Verdict,
+                        attempt: int) -> bool:
+        """Whether to give the GPU metrics time before deciding on this crash: the job's log could not
+        say (unknown or system), the metrics answered without a fault, and the fault, if there was one,
+        may still be on its way (DCGM samples and Prometheus scrapes every 15-30 s, a crash is read
+        within a second). Only the first decision of an attempt waits, and only one at a time."""
+        if self.gpu_metrics is None or self.gpu_metrics.config.wait_s <= 0 or attempt in rt.advised:
+            return False
+        if rt.task is not None and not rt.task.done():
+            return False
+        answered = any(s.name == gpu_metrics.SOURCE and s.state == evidence_model.SourceState.USED
+                       for s in verdict.sources)
+        return (answered and anomaly.symptom == vocab.Symptom.CRASH and not any(f.fault for f in verdict.node_evidence)
+                and verdict.attribution in (vocab.Attribution.UNKNOWN, vocab.Attribution.SYSTEM))
+
+    async def _after_metrics(self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, attempt: int) -> None:
+        """The wait of ``_awaits_metrics``, in the workload's recovery task (detection of every other
+        workload goes on; this workload's later anomalies wait for it); then the verdict and the
+        decision as ``_handle`` makes them, and the recovery."""
+        assert self.gpu_metrics is not None
+        try:
+            await asyncio.sleep(self.gpu_metrics.config.wait_s)
+            if rt.spec is None:
+                return
+            verdict = await self._attribute(rt, anomaly, attempt, self.clock.now())
+            await self._record_verdict(rt, verdict, attempt)
+            item = await self._decide(rt, anomaly, verdict, attempt)
+        finally:
+            rt.awaiting_metrics = False
+        await self._carry_out(rt, item)
 
     async def _own_effect(self, rt: WorkloadRuntime, anomaly: anomalies.Anomaly, attempt: int) -> bool:
         """True (and recorded as evidence of that action) when ``anomaly`` is only the teardown that our
@@ -761,6 +816,12 @@ class Engine:
             if not rt.deferred or rt.spec is None:
                 return
             anomaly, verdict, attempt = rt.deferred.popleft()
+            earlier = rt.advised.get(attempt)
+            if earlier is not None and not _stronger(verdict, earlier):
+                # queued while a decision of the attempt was pending (e.g. waiting for GPU metrics)
+                # and it came out at least as strong: evidence only
+                item = None
+                continue
             item = await self._decide(rt, anomaly, verdict, attempt)
 
     async def _attribute(
@@ -780,10 +841,63 @@ class Engine:
             anomaly, node_history=history, lemon_rule=rule, now=now, workload=rt.workload, attempt=attempt,
             job_nodes=rt.job.nodes, allocation=placed,
         )
+        verdict = node_evidence.apply(verdict, await self._node_evidence(rt, attempt, now), placed)
         service = rt.spec.attribution
         if service.url:
             verdict = await external.ExternalAttribution(service.url, service.timeout).attribute(anomaly, verdict)
         return alloc.confine_verdict(verdict, anomaly, placed)  # an external service is held to it too
+
+    async def watch_metrics(self) -> None:
+        """One round of metric-based detection: a hardware fault in the GPU metrics of a node of a
+        running opted-in job is an anomaly even when the job's log says nothing. Each fault is raised
+        once per attempt; the policy's ``detection.gpuMetricAction`` decides whether it is acted on."""
+        if self.gpu_metrics is None:
+            return
+        now = self.clock.now()
+        for rt in list(self.runtimes.values()):
+            job = rt.job
+            if (rt.spec is None or rt.detector is None or job.state != workloads.JobState.RUNNING
+                    or rt.detector.attempt != job.attempt or not job.nodes or job.started_at is None):
+                continue
+            found = await self.gpu_metrics.window(job.nodes, job.started_at, now)
+            seen = rt.metric_faults.setdefault(job.attempt, set())
+            fresh = [f for f in found.faults() if f.key not in seen]
+            if not fresh:
+                continue
+            seen.update(f.key for f in fresh)
+            await self._handle(rt, metric_anomaly(fresh, now))
+
+    async def _node_evidence(self, rt: WorkloadRuntime, attempt: int, now: float) -> evidence_model.NodeEvidence:
+        """What GPU metrics and the scheduler's node state say about the attempt's nodes, over the
+        attempt's window (its start to now); each source answers or says why it cannot."""
+        job = rt.job
+        nodes = list(job.nodes) if job.attempt == attempt else []
+        if not nodes:
+            nodes = sorted(await self.store.allocation(rt.workload))
+        start = job.started_at if job.attempt == attempt and job.started_at else None
+        metrics: Awaitable[evidence_model.NodeEvidence]
+        if self.gpu_metrics is None:
+            metrics = _ready(_source(gpu_metrics.SOURCE, evidence_model.SourceState.NOT_CONFIGURED,
+                                     "no --prometheus-url"))
+        elif start is None:
+            metrics = _ready(_source(gpu_metrics.SOURCE, evidence_model.SourceState.UNAVAILABLE,
+                                     f"the scheduler gives no start time for attempt {attempt}"))
+        else:
+            metrics = self.gpu_metrics.window(nodes, start, now)
+        parts = await asyncio.gather(metrics, self._node_state(nodes))
+        return evidence_model.NodeEvidence(findings=[f for p in parts for f in p.findings],
+                                           sources=[s for p in parts for s in p.sources])
+
+    async def _node_state(self, nodes: Sequence[str]) -> evidence_model.NodeEvidence:
+        """The scheduler's view of ``nodes``: drained, failed or down for someone else's reason."""
+        name = f"{self.scheduler.name}-nodes"
+        try:
+            snapshots = await self.scheduler.list_nodes()
+        except Exception as exc:  # evidence only: an outage must not stop attribution
+            return _source(name, evidence_model.SourceState.UNAVAILABLE, f"{type(exc).__name__}: {exc}")
+        findings = node_evidence.node_state_findings(nodes, snapshots, source=name,
+                                                     our_prefix=base.OUR_REASON_PREFIX)
+        return _source(name, evidence_model.SourceState.USED, findings=findings)
 
     async def _fresh_job(self, rt: WorkloadRuntime) -> workloads.JobSnapshot:
         try:
@@ -948,6 +1062,33 @@ def _category(value: str) -> vocab.Category:
         return vocab.Category(value)
     except ValueError:
         return vocab.Category.NONE
+
+
+def metric_anomaly(faults: Sequence[evidence_model.Finding], now: float) -> anomalies.Anomaly:
+    """An anomaly from hardware faults in the GPU metrics (no log line): evidence per fault."""
+    items = [
+        anomalies.Evidence(line=0, text=f.text, pattern=evidence_model.METRIC_FAULT_PATTERN, source=f.source, at=f.at,
+                           node=f.node, gpu=f.gpu, xid=int(f.value) if f.signal == gpu_metrics.XID else None,
+                           category=f.category, severity=vocab.Severity.FATAL)
+        for f in faults
+    ]
+    first = faults[0]
+    return anomalies.Anomaly(
+        symptom=vocab.Symptom.CRASH, category=first.category if first.category != vocab.Category.NONE
+        else vocab.Category.GPU_XID_HARDWARE, attribution_hint=vocab.Attribution.HARDWARE, evidence=items,
+        suspect_nodes=list(dict.fromkeys(f.node for f in faults)), first_seen_at=first.at or now, detected_at=now,
+        summary="hardware fault in the GPU metrics of a running job: " + "; ".join(f.text for f in faults[:3]),
+    )
+
+
+def _source(name: str, state: evidence_model.SourceState, reason: str = "", *,
+            findings: Sequence[evidence_model.Finding] = ()) -> evidence_model.NodeEvidence:
+    return evidence_model.NodeEvidence(findings=list(findings),
+                                       sources=[evidence_model.SourceStatus(name=name, state=state, reason=reason)])
+
+
+async def _ready(value: evidence_model.NodeEvidence) -> evidence_model.NodeEvidence:
+    return value
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

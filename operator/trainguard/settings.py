@@ -33,6 +33,11 @@ class EngineSettings:
     """How long a finished job stays tracked after its outcome was recorded, so that a requeue
     issued just after it ended (by us or a person) is still followed as the same workload."""
 
+    metrics_interval_s: float = 15.0
+    """Seconds between two reads of the GPU metrics of running jobs (``--prometheus-url``): a
+    hardware fault there is an anomaly even when the job's log is silent. 15 s is DCGM's usual
+    scrape interval; reading faster sees nothing new."""
+
     def fingerprint(self) -> str:
         """A short stable hash of these settings, written into every audit row."""
         blob = json.dumps(asdict(self), sort_keys=True).encode()

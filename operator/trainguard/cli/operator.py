@@ -46,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.console import web as console_web
     from trainguard.k8s import operator
 
+    try:
+        gpu_metrics = run_mod.gpu_metrics_config(cfg)
+    except ValueError as exc:
+        print(f"trainguard operator: {exc}", file=sys.stderr)
+        return common.USAGE_ERROR
     namespaces = cfg.namespaces()
     assert cfg.scheduler is not None
     try:
@@ -76,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         slinky_namespace=cfg.slinky_namespace,
         victorialogs=run_mod.victorialogs_config(cfg),
         loki=loki,
+        gpu_metrics=gpu_metrics,
     )
     code: int = operator.main(operator_config)
     return code

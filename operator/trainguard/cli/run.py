@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import signal
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
     from trainguard.signals import loki, loki_book, sources, victorialogs
+    from trainguard.signals import gpu_metrics
 
 logger = logging.getLogger("trainguard.run")
 
@@ -86,6 +88,36 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+def gpu_metrics_config(cfg: config.Settings) -> gpu_metrics.GpuMetricsConfig | None:
+    """The DCGM evidence source's settings (``--prometheus-url`` and friends), checked; None when no
+    URL is set. Raises ValueError naming the bad setting."""
+    from trainguard.signals import gpu_metrics
+
+    if not cfg.prometheus_url:
+        return None
+    result = gpu_metrics.GpuMetricsConfig(url=cfg.prometheus_url.rstrip("/"),
+                                          hostname_label=cfg.prometheus_hostname_label,
+                                          node_regex=cfg.prometheus_node_regex, wait_s=cfg.prometheus_wait)
+    try:
+        gpu_metrics.GpuMetrics(result)
+    except re.error as exc:
+        raise ValueError(f"--prometheus-node-regex: {exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"--prometheus-hostname-label: {exc}") from exc
+    return result
+
+
+def open_gpu_metrics(cfg: config.Settings) -> gpu_metrics.GpuMetrics | None:
+    """The DCGM evidence source of ``--prometheus-url``, or None when it is not configured."""
+    from trainguard.signals import gpu_metrics
+
+    try:
+        settings = gpu_metrics_config(cfg)
+    except ValueError as exc:
+        raise _Fatal(str(exc)) from exc
+    return None if settings is None else gpu_metrics.GpuMetrics(settings)
+
+
 class _Fatal(Exception):
     """A start-up problem to report in one line."""
 
@@ -110,6 +142,7 @@ async def _main(
     db_url = cfg.database_url()
     env = cfg.scheduler_env()
     log_books, log_client = log_source(cfg)  # before anything is opened: a bad secret file is one line
+    metrics = open_gpu_metrics(cfg)  # a bad setting stops us before anything is opened
     assert cfg.scheduler is not None
     try:
         fallback = None
@@ -136,6 +169,7 @@ async def _main(
     engine = engine_mod.Engine(
         scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health,
         log_books=log_books,
+        gpu_metrics_=metrics,
     )
     stop = asyncio.Event()
     server = None

@@ -57,6 +57,7 @@ from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base, factory, tokens
+from trainguard.signals import gpu_metrics as gpu_metrics_mod
 from trainguard.signals import loki, loki_book, sources, victorialogs
 from trainguard.store import audit, database
 
@@ -111,9 +112,11 @@ class OperatorConfig:
     """Namespace of a Slinky cluster's slurmd pods; when set, lemon nodes of Action-mode advice are
     isolated by cordoning their Kubernetes node (policy must allow ``cordonNode``)."""
     victorialogs: victorialogs.Config | None = None
+    """Read job output from this VictoriaLogs server instead of the output files (``signals.sources``)."""
     loki: loki_book.Config | None = None
     """Read job output from this Loki instead of the output files (not together with ``victorialogs``)."""
-    """Read job output from this VictoriaLogs server instead of the output files (``signals.sources``)."""
+    gpu_metrics: gpu_metrics_mod.GpuMetricsConfig | None = None
+    """DCGM evidence from Prometheus/VictoriaMetrics (``--prometheus-url``); None: not configured."""
 
 
 @dataclass
@@ -464,6 +467,7 @@ class Shell:
             self.scheduler, self.store, self.book.policy_set(), self.catalog, clock_=self.clock,
             settings=self.engine_settings, listeners=[self.on_record], health=self.health, fence=fence,
             log_books=self.log_books,
+            gpu_metrics_=gpu_metrics_mod.GpuMetrics(self.config.gpu_metrics) if self.config.gpu_metrics else None,
         )
         self.health.standby = None
         for workload, mode in self.overrides.items():

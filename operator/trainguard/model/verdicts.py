@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainguard.model import vocab
+from trainguard.model import evidence, vocab
 
 
 class Verdict(BaseModel):
@@ -30,3 +30,8 @@ class Verdict(BaseModel):
     outside_allocation: list[str] = Field(default_factory=list)
     """Host names the evidence gives that no attempt of the workload was placed on (a forged,
     copied or misparsed line): kept as evidence text, never suspects, excluded, drained or remembered."""
+    sources: list[evidence.SourceStatus] = Field(default_factory=list)
+    """Evidence sources consulted for this verdict (the job's log, GPU metrics, the scheduler's node
+    state) and, for each one that was unavailable, why: a verdict reached without them says so."""
+    node_evidence: list[evidence.Finding] = Field(default_factory=list)
+    """What those sources reported about the workload's nodes during the attempt."""

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from trainguard.model import advice, anomalies, vocab, workloads
+from trainguard.model import advice, anomalies, evidence, vocab, workloads
 from trainguard.model import verdicts as verdicts_model
 from trainguard.policy import ledger, model
 
@@ -187,6 +187,12 @@ def _wanted(
             return Action.NONE, []
         reasons.append("throughput drop and throughputDropAction is requeue: requeue without the slow node")
         return Action.REQUEUE, list(dict.fromkeys([*verdict.suspect_nodes, *lemons]))
+
+    if any(item.pattern == evidence.METRIC_FAULT_PATTERN for item in anomaly.evidence) and (
+        spec.detection.gpu_metric_action == "record"
+    ):
+        reasons.append("hardware fault in the GPU metrics of a running job: recorded; gpuMetricAction is record")
+        return Action.NONE, []
 
     if verdict.attribution == vocab.Attribution.APPLICATION:
         if spec.application_error_action == "stop":

@@ -217,6 +217,13 @@ class Detection(_Section):
         description="'off': stragglers are detected and recorded, never acted on (default, as "
         "restarting a slow job is costly and often wrong). 'requeue': requeue without the slow node.",
     )
+    gpu_metric_action: Literal["record", "requeue"] = Field(
+        default="record",
+        description="A hardware fault in the GPU metrics (Xid, uncorrectable ECC, row-remap failure, NVLink "
+        "recovery) on a node of a running job, with --prometheus-url set: 'record' (default) records the "
+        "anomaly, verdict and an advice to do nothing, as the job may still finish; 'requeue': requeue the "
+        "job without that node at once.",
+    )
     settle: Duration = Field(
         default=_duration("1s"),
         description="Wait after the first failure line before concluding, so the whole "

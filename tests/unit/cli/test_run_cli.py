@@ -46,3 +46,14 @@ def test_once_against_an_unreachable_scheduler_is_one_line(tmp_path: Path) -> No
     assert "Traceback" not in done.stderr, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("trainguard run: scheduler unreachable: SchedulerError: "), done.stderr
+
+
+@pytest.mark.parametrize(("flag", "value", "named"), [
+    ("--prometheus-hostname-label", "host-name", "--prometheus-hostname-label"),
+    ("--prometheus-node-regex", "(node", "--prometheus-node-regex"),
+])
+def test_a_bad_gpu_metrics_setting_is_named_in_one_line(tmp_path: Path, flag: str, value: str, named: str) -> None:
+    done = run_once(tmp_path, "--prometheus-url", "http://127.0.0.1:9", flag, value)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"trainguard run: {named}: "), done.stderr

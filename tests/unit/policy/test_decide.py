@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.model import advice, anomalies, verdicts, vocab, workloads
+from trainguard.model import advice, anomalies, evidence, verdicts, vocab, workloads
 from trainguard.policy import decide, ledger, model
 
 NOW = 1_700_000_000.0
@@ -343,3 +343,26 @@ def test_lemon_nodes_outside_the_allocation_are_not_drained() -> None:
         history=_history(retries=1), job=_job(attempt=1), generation=1, now=NOW, allocation={"n1", "n7"},
     )
     assert earlier.drain_nodes == ["n7"], "a node an earlier attempt ran on is part of the allocation"
+
+
+def _metric_fault() -> anomalies.Anomaly:
+    """What the engine raises for an Xid 79 in the GPU metrics of a running job (no log line)."""
+    item = anomalies.Evidence(line=0, text="node2 GPU 1: Xid 79 reported by DCGM during the attempt",
+                              pattern=evidence.METRIC_FAULT_PATTERN, source="prometheus", node="node2", gpu=1,
+                              xid=79, category=vocab.Category.GPU_XID_HARDWARE)
+    return anomalies.Anomaly(symptom=vocab.Symptom.CRASH, category=vocab.Category.GPU_XID_HARDWARE,
+                             evidence=[item], suspect_nodes=["node2"])
+
+
+def test_a_gpu_metric_fault_of_a_running_job_is_recorded_only_by_default() -> None:
+    result = _decide(anomaly=_metric_fault(), verdict=_verdict(nodes=["node2"]),
+                     job=_job(state=J.RUNNING, exit_code=None))
+    assert result.action == A.NONE and result.exclude_nodes == []
+    assert "gpuMetricAction is record" in result.reasons[0]
+
+
+def test_a_gpu_metric_fault_requeues_without_the_node_when_enabled() -> None:
+    result = _decide(_spec(detection={"gpuMetricAction": "requeue"}), anomaly=_metric_fault(),
+                     verdict=_verdict(nodes=["node2"]),
+                     job=_job(state=J.RUNNING, exit_code=None, nodes=["node1", "node2"]))
+    assert result.action == A.REQUEUE and result.exclude_nodes == ["node2"]
