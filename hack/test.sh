@@ -87,7 +87,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 # Chromium for the console's browser tests (Debian's package, driven by Playwright with
 # executable_path: `playwright install` downloads browsers and is never run). If it cannot be
-# installed, the browser tests skip and say why (tests/browser/conftest.py).
+# installed, the browser tests skip and say why (tests/support/browser.py).
 if [ "$(id -u)" = 0 ] && [ ! -x /usr/lib/chromium/chromium ]; then
   ( tg_apt_install chromium ) || tg_log "WARNING: apt-get install chromium failed: the browser tests will skip"
 fi

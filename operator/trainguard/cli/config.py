@@ -376,14 +376,6 @@ class DoctorSettings(Settings):
                               json_schema_extra=_flag(metavar="FILE"))
     known_hosts: Path | None = Field(None, description="SSH known_hosts file for slurm-ssh",
                                      json_schema_extra=_flag(metavar="FILE"))
-    # The two settings below are declared in Settings by the GPU-evidence source (same names, types and
-    # defaults); until that is merged, doctor declares them itself. Delete them here after the merge.
-    prometheus_hostname_label: str = Field("Hostname", description="label of the DCGM series that names the node "
-                                           "(dcgm-exporter's default: Hostname)",
-                                           json_schema_extra=_flag(metavar="LABEL"))
-    prometheus_node_regex: str | None = Field(None, description="regex over that label's value whose first group (or "
-                                              "whole match) is the scheduler's node name (default: the value, or its "
-                                              "part before the first dot)", json_schema_extra=_flag(metavar="REGEX"))
     check_timeout: float = Field(10.0, gt=0, description="seconds one check may take before it is reported as "
                                  "failed", json_schema_extra=_flag(metavar="SECONDS"))
 

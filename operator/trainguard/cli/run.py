@@ -24,8 +24,7 @@ from trainguard.cli import config
 if TYPE_CHECKING:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
-    from trainguard.signals import loki, loki_book, sources, victorialogs
-    from trainguard.signals import gpu_metrics
+    from trainguard.signals import gpu_metrics, loki, loki_book, sources, victorialogs
 
 logger = logging.getLogger("trainguard.run")
 
