@@ -2,7 +2,7 @@
 
 One runner (Action mode, the session's own policy, a bearer-token file with a write and a read
 token) serves the console and the API; one real PyTorch training job that opted in fails on
-rank 1 with a GPU hardware error (Xid 79). The browser, holding the write token:
+rank 1 with a GPU hardware error (Xid 79). The browser, logged in with the write token:
 
 - sees the job appear in the workloads table while the page stays loaded (live events over SSE,
   no reload: a marker set on ``window`` before the job exists is still there afterwards);
@@ -11,8 +11,11 @@ rank 1 with a GPU hardware error (Xid 79). The browser, holding the write token:
   COMPLETED, the evidence line highlighted; acknowledges it (an audit record with the note);
 - finds the job's records with the audit search, and the excluded node's incident on the nodes page.
 
-A second browser context, holding the read token, sees the policy switch disabled, and a forced
-click gets the API's 403 shown; the policy's mode is unchanged. Screenshots of each page go to
+The browser logs in through the server's script-free form (``/`` answers 401 with it); the session
+cookie it gets is HttpOnly and SameSite=Strict and holds no token. A second browser context, logged
+in with the read token, sees the policy switch disabled, follows a switch made by a write user
+live, and a forced click gets the API's 403 shown; the policy's mode is unchanged. Without a login
+nothing but the probes and the form answers; logout ends the session on the server too. Screenshots of each page go to
 the session's artifacts directory (``tests/support/browser.py``).
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -68,17 +72,40 @@ def _wait_api(url: str, path: str, predicate: Callable[[Any], bool], *, what: st
         time.sleep(0.5)
 
 
+def _post_api(url: str, token: str, path: str, body: Any) -> Any:
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json", "X-Trainguard-Request": "1"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def _status(url: str, path: str, cookie: str = "") -> int:
+    """The status of a GET of ``path`` (with ``cookie`` as the session cookie when given)."""
+    headers = {"Cookie": f"trainguard_session={cookie}"} if cookie else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + path, headers=headers), timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
 def _login(context: Any, url: str, token: str, errors: list[str]) -> Any:
-    """Open the console and type ``token`` into its token dialog, as a remote user would; uncaught
-    page errors are appended to ``errors``."""
+    """Open the console and log in with ``token`` through the server's login form, as a remote user
+    would; check the session cookie it sets; uncaught page errors are appended to ``errors``."""
     page = context.new_page()
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(url + "/")
-    page.locator("#token-input").fill(token)
-    page.locator("#token-save").click()
+    response = page.goto(url + "/")
+    assert response is not None and response.status == 401, "the console without a login"
+    page.locator("input#token").fill(token)
+    page.locator("button#login").click()
     # a selector, not wait_for_function: polling a JS predicate needs eval, which the console's CSP forbids
     page.wait_for_selector("body[data-role=read], body[data-role=write]", state="attached")
     page.wait_for_selector("#live[data-state=live]")
+    cookies = {c["name"]: c for c in context.cookies(url)}
+    session = cookies["trainguard_session"]
+    assert session["httpOnly"] and session["sameSite"] == "Strict" and session["path"] == "/", session
+    assert token not in session["value"], "the cookie holds a session id, never the token"
+    assert "trainguard_session" not in page.evaluate("document.cookie"), "HttpOnly: no script can read it"
     return page
 
 
@@ -203,6 +230,15 @@ def test_read_only_user_cannot_switch_a_policy(runner: tuple[harness.Trainguard,
         button = page.locator(f"button[data-switch='{policy}']")
         button.wait_for()
         assert button.is_disabled(), "a read-only user is offered the switch"
+        # live updates reach the read-only page (EventSource with the session cookie): a write user
+        # switches the policy elsewhere and back, the page follows without a reload
+        page.evaluate("window.__sameDocument = 'still here'")
+        card = page.locator(f".policy[data-policy='{policy}']")
+        _post_api(url, WRITE_TOKEN, f"/api/v1/policies/{policy}/mode", {"mode": "Monitor"})
+        card.locator(".badge.mode-monitor").wait_for(timeout=UI_TIMEOUT_MS)
+        _post_api(url, WRITE_TOKEN, f"/api/v1/policies/{policy}/mode", {"mode": "Action"})
+        card.locator(".badge.mode-action").wait_for(timeout=UI_TIMEOUT_MS)
+        assert page.evaluate("window.__sameDocument") == "still here", "the update came with a reload"
         # the server decides, not the page: a forced attempt gets the API's 403, shown as it is
         button.evaluate("b => { b.disabled = false; b.click(); }")
         error = page.locator("#policy-notice .error")
@@ -216,12 +252,56 @@ def test_read_only_user_cannot_switch_a_policy(runner: tuple[harness.Trainguard,
     assert (after["declared_mode"], after["mode"]) == (before["declared_mode"], before["mode"]) == ("Action", "action")
 
 
+def test_nothing_without_a_login_and_logout_ends_the_session(runner: tuple[harness.Trainguard, str], chromium: Any,
+                                                             artifacts_dir: Path) -> None:
+    """With a token file nothing but the probes and the login form answers without credentials, the
+    console's own code included; a wrong token gets the form again; logging out ends the session on
+    the server, so the old cookie is refused afterwards."""
+    tg, _ = runner
+    url = tg.http_url
+    for path in ("/", "/console/app.js", "/console/api.js", "/api/v1/workloads", "/api/v1/events", "/metrics",
+                 "/no/such/path"):
+        assert _status(url, path) == 401, path
+    assert _status(url, "/healthz") == 200
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    try:
+        page = context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(url + "/")
+        page.locator("input#token").fill("not-the-token-at-all-0000")
+        with page.expect_navigation() as navigation:
+            page.locator("button#login").click()
+        assert navigation.value is not None and navigation.value.status == 401
+        assert "not accepted" in page.locator("#login-error").inner_text()
+        assert not context.cookies(url), "no cookie for a wrong token"
+        page.screenshot(path=str(artifacts_dir / "login-refused.png"), full_page=True)
+        page.close()
+
+        page = _login(context, url, READ_TOKEN, errors)
+        session = {c["name"]: c["value"] for c in context.cookies(url)}["trainguard_session"]
+        assert _status(url, "/console/app.js", session) == 200
+        assert page.locator("#who").inner_text().endswith("read")
+        page.screenshot(path=str(artifacts_dir / "logged-in-read.png"), full_page=True)
+        with page.expect_navigation():
+            page.locator("button#logout").click()
+        page.locator("form[action='/login'] input#token").wait_for()
+        assert "trainguard_session" not in {c["name"] for c in context.cookies(url) if c["value"]}
+        assert _status(url, "/api/v1/whoami", session) == 401, "the server forgot the session"
+        assert _status(url, "/api/v1/whoami", "forged" + session[6:]) == 401
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_write_user_switches_a_policy(runner: tuple[harness.Trainguard, str], chromium: Any,
                                       artifacts_dir: Path) -> None:
     """The switch as a write user: the page shows the new effective mode and who switched it; the
     switch is in the audit log under the user's name; switched back, the policy acts again."""
     tg, policy = runner
     url = tg.http_url
+    # the read-only test switched this policy too (through the API): only this test's switches count
+    earlier = {r["id"] for r in _api(url, WRITE_TOKEN, f"/api/v1/audit?workload=policy:{policy}")["items"]}
     context = chromium.new_context(viewport={"width": 1400, "height": 900})
     errors: list[str] = []
     try:
@@ -240,6 +320,6 @@ def test_write_user_switches_a_policy(runner: tuple[harness.Trainguard, str], ch
     finally:
         context.close()
     switches = [r for r in _api(url, WRITE_TOKEN, f"/api/v1/audit?workload=policy:{policy}")["items"]
-                if r["payload"].get("operation") == "set_policy_mode"]
+                if r["payload"].get("operation") == "set_policy_mode" and r["id"] not in earlier]
     assert [s["payload"]["arguments"]["to"] for s in reversed(switches)] == ["Monitor", "Action"], switches
     assert all(s["decided_by"] == "api" and s["payload"]["by"].startswith("token:") for s in switches), switches

@@ -1,7 +1,8 @@
 """Routes that serve the console's static files (``routes()``), added to ``trainguard.http``'s app.
 
 - ``/`` answers the console's single page (hash routing: ``#/workloads``, ``#/workload/ID`` ...);
-  with a token file and no token, ``http.auth`` sends it with status 401 and the page asks for one.
+  with a token file and no credentials, ``http.auth`` answers 401 with the login form instead
+  (``http.login``) and the page is served only once the browser holds a session cookie.
 - ``/console/<file>`` answers the page's stylesheet and ES modules, read from the package directory
   ``static/`` and never from a path the request names: only files listed when the routes are built
   are served, so ``..`` or a symlink cannot reach anything else.
@@ -10,7 +11,7 @@ Security headers go on every answer: a Content-Security-Policy without inline sc
 no third-party origin (``default-src 'self'``), no framing, no MIME sniffing, no referrer. The files
 are tiny, so they are held in memory once; ``Cache-Control: no-cache`` with an ETag lets a browser
 revalidate after an upgrade instead of running a stale module against a newer API. ``/console/``
-needs no token (``http.auth.CONSOLE_CODE``): it is code from the package, never data.
+is behind the same credentials as everything else (the session cookie goes with module imports).
 """
 
 from __future__ import annotations
@@ -86,8 +87,7 @@ def routes(assets: Mapping[str, Asset] | None = None) -> list[web.RouteDef]:
     page = files["index.html"]
 
     async def index(request: web.Request) -> web.Response:
-        # always the whole page: with a token file it goes out as the body of a 401 (http.auth),
-        # which a 304 cannot carry
+        # always the whole page, never a 304: a login or logout changes what the browser must show
         return page.response(request, conditional=False)
 
     async def static(request: web.Request) -> web.Response:

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from trainguard import health as health_mod
 from trainguard.act import undrain
 from trainguard.http import app as http_app
-from trainguard.http import auth, models, openapi, sse
+from trainguard.http import auth, login, models, openapi, sse
 from trainguard.model import actions, vocab
 from trainguard.store import audit, queries
 
@@ -715,7 +715,8 @@ def install(app: web.Application, state: State, tokens: auth.TokenBook | None,
     """Mount ``/api/v1`` with authentication, roles, CSRF and the security headers on ``app``
     (the probes stay open; ``/metrics`` and the console are behind the same tokens)."""
     app[STATE] = state
-    app.middlewares.append(auth.middleware(tokens, reviewer))
+    app[login.SESSIONS] = login.Sessions()
+    app.middlewares.append(auth.middleware(tokens, reviewer, app[login.SESSIONS]))
     app.middlewares.append(errors)
     app.on_response_prepare.append(auth.security_headers)
     for method, path, handler in ROUTES:

@@ -4,12 +4,16 @@ Rules (docs/api.md "Authentication"):
 
 - ``--http-token-file FILE``: one token per line, optionally followed by a space and a role, ``read``
   (the default) or ``write``; blank lines and ``#`` comments are skipped. With a token file, every path
-  except ``/healthz`` and ``/readyz`` answers 401 without a valid ``Authorization: Bearer TOKEN``.
+  except ``/healthz``, ``/readyz`` and the login form (``/login``, which serves no data) answers 401
+  without a valid ``Authorization: Bearer TOKEN`` or the session cookie of a login (``http.login``:
+  browsers cannot put a header on a page load, a module import or an ``EventSource``). The console's
+  static code is no exception.
 - Without a token file the server must be bound to a loopback address (the default
   ``127.0.0.1:8080``); every caller there is the local user with the write role. Binding elsewhere
   without tokens is refused at start (``check_exposure``): an API that can switch a policy to Action
   is not served to the network without authentication.
-- Mutating calls (POST) need the write role (else 403) and are CSRF-protected: they must carry the
+- Mutating calls (POST) need the write role (else 403) and are CSRF-protected, whether the caller
+  came with a bearer token or a session cookie: they must carry the
   header ``X-Trainguard-Request: 1`` and a JSON body, and an ``Origin`` header, when present, must be
   the server's own. A browser sends a custom header cross-site only after a CORS preflight, which
   this server never grants, so another site cannot make a logged-in browser switch a policy.
@@ -36,17 +40,15 @@ from typing import Final, Literal
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from trainguard.http import login
+
 Role = Literal["read", "write"]
 ROLES: Final = ("read", "write")
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
 """Probes: the kubelet sends no token."""
-CONSOLE_CODE: Final = "/console/"
-"""The console's static code (``console/static/``: HTML, CSS, ES modules from the package, no data).
-A browser loads a page's modules without an ``Authorization`` header, so they are served to whoever
-reaches the port; everything they show comes from ``/api/v1``, which needs the token."""
 CONSOLE_PAGE: Final = "/"
-"""The console's page: without a token it still answers 401, with the page as the body, so that a
-browser renders it and the page asks for a token (kept in the tab, sent as a bearer)."""
+"""The console's page: without credentials it answers 401 with the login form as the body
+(``http.login``), so that a browser shows the form; every other path answers a JSON 401."""
 CSRF_HEADER: Final = "X-Trainguard-Request"
 MUTATING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -172,36 +174,92 @@ _PRINCIPAL: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("t
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def middleware(tokens: TokenBook | None, reviewer: Reviewer | None = None) -> Middleware:
-    """Authentication, roles and CSRF for every path but the probes. A bearer token is looked up in
-    the token file first, then (in the operator) reviewed by ``reviewer``."""
+def middleware(tokens: TokenBook | None, reviewer: Reviewer | None = None,
+               sessions: login.Sessions | None = None, limiter: login.Limiter | None = None) -> Middleware:
+    """Authentication, roles and CSRF for every path but the probes and the login form. A caller
+    proves who it is with ``Authorization: Bearer TOKEN`` or with the session cookie of a login
+    (``http.login``); a bearer token is looked up in the token file first, then (in the operator)
+    reviewed by ``reviewer``."""
+    sessions = sessions if sessions is not None else login.Sessions()
+    limiter = limiter if limiter is not None else login.Limiter()
+
+    async def identify(token: str) -> Principal | None:
+        found = tokens.lookup(token) if tokens is not None else None
+        if found is None and reviewer is not None:
+            found = await reviewer(token)
+        return found
+
+    async def log_in(request: web.Request) -> web.StreamResponse:
+        if request.method == "GET":
+            return _see_other() if _session_of(request, sessions) else login.page(200)
+        if request.method != "POST":
+            return _error(405, "the login form takes GET or POST")
+        if _cross_site_form(request):
+            return login.page(403, "This form was sent from another site.")
+        client = request.remote or "?"
+        if limiter.blocked(client):
+            return login.page(429, "Too many failed logins: wait a minute and try again.", **{"Retry-After": "60"})
+        form = await request.post()
+        token = form.get("token")
+        token = token.strip() if isinstance(token, str) else ""
+        try:
+            found = await identify(token) if token else None
+        except Forbidden as exc:
+            return login.page(403, str(exc))
+        except ReviewUnavailable as exc:
+            return login.page(503, f"Cannot verify the token now: {exc}")
+        if found is None:
+            limiter.failed(client)
+            return login.page(401, "That token was not accepted.")
+        response = _see_other()
+        login.set_cookie(response, request, sessions.open(found))
+        return response
+
+    async def log_out(request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return _error(405, "log out with POST")
+        problem = csrf_problem(request)
+        if problem:
+            return _error(403, problem)
+        session_id = request.cookies.get(login.COOKIE)
+        if session_id:
+            sessions.close(session_id)
+        response = web.json_response({"logged_out": True})
+        login.clear_cookie(response, request)
+        return response
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS:
             return await handler(request)
-        if request.method in ("GET", "HEAD") and request.path.startswith(CONSOLE_CODE):
-            return await handler(request)
         if tokens is None and reviewer is None:
             principal = LOCAL
+            if request.path in (login.LOGIN_PATH, login.LOGOUT_PATH):
+                return _see_other() if request.method == "GET" else web.json_response({"logged_out": True})
+        elif request.path == login.LOGIN_PATH:
+            return await log_in(request)
+        elif request.path == login.LOGOUT_PATH:
+            return await log_out(request)
         else:
             header = request.headers.get("Authorization", "")
             scheme, _, value = header.partition(" ")
-            if scheme.lower() != "bearer" or not value.strip():
-                if request.method in ("GET", "HEAD") and request.path == CONSOLE_PAGE:
-                    return await _console_page(request, handler)
-                return _error(401, "authentication required: send 'Authorization: Bearer TOKEN'",
-                              **{"WWW-Authenticate": 'Bearer realm="trainguard"'})
-            found = tokens.lookup(value.strip()) if tokens is not None else None
-            if found is None and reviewer is not None:
+            if header:
+                if scheme.lower() != "bearer" or not value.strip():
+                    return _unauthenticated(request, "authentication required: send 'Authorization: Bearer TOKEN'")
                 try:
-                    found = await reviewer(value.strip())
+                    found = await identify(value.strip())
                 except Forbidden as exc:
                     return _error(403, str(exc))
                 except ReviewUnavailable as exc:
                     return _error(503, f"cannot verify the token now: {exc}")
-            if found is None:
-                return _error(401, "invalid bearer token", **{"WWW-Authenticate": 'Bearer error="invalid_token"'})
+                if found is None:
+                    return _error(401, "invalid bearer token", **{"WWW-Authenticate": 'Bearer error="invalid_token"'})
+            else:
+                found = _session_of(request, sessions)
+                if found is None:
+                    message = ("session expired or unknown: log in again" if request.cookies.get(login.COOKIE)
+                               else "authentication required: log in at /login or send 'Authorization: Bearer TOKEN'")
+                    return _unauthenticated(request, message)
             principal = found
         if request.method in MUTATING:
             if not principal.can_write:
@@ -215,19 +273,44 @@ def middleware(tokens: TokenBook | None, reviewer: Reviewer | None = None) -> Mi
     return authenticate
 
 
-async def _console_page(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The console's page with status 401 (see ``CONSOLE_PAGE``); anything else ``/`` might answer
-    (no console mounted) is replaced by the plain 401."""
-    try:
-        response: web.StreamResponse | None = await handler(request)
-    except web.HTTPException:
-        response = None
-    if isinstance(response, web.Response) and response.status == 200 and response.content_type == "text/html":
-        response.set_status(401)
-        response.headers["WWW-Authenticate"] = 'Bearer realm="trainguard"'
-        return response
-    return _error(401, "authentication required: send 'Authorization: Bearer TOKEN'",
-                  **{"WWW-Authenticate": 'Bearer realm="trainguard"'})
+def _see_other() -> web.Response:
+    """303 to the console's page (after a login, or a login page asked for while logged in)."""
+    return web.Response(status=303, headers={"Location": CONSOLE_PAGE, "Cache-Control": "no-store"})
+
+
+def _session_of(request: web.Request, sessions: login.Sessions) -> Principal | None:
+    session_id = request.cookies.get(login.COOKIE)
+    return sessions.lookup(session_id) if session_id else None
+
+
+def _unauthenticated(request: web.Request, message: str) -> web.Response:
+    """401: the login form for the console's page (a browser renders it), JSON anywhere else. A
+    stale cookie is cleared either way."""
+    challenge = {"WWW-Authenticate": 'Bearer realm="trainguard"'}
+    if request.method in ("GET", "HEAD") and request.path == CONSOLE_PAGE:
+        response = login.page(401, "Your session has ended: log in again."
+                              if request.cookies.get(login.COOKIE) else "", **challenge)
+    else:
+        response = _error(401, message, **challenge)
+    if request.cookies.get(login.COOKIE):
+        login.clear_cookie(response, request)
+    return response
+
+
+def _cross_site_form(request: web.Request) -> bool:
+    """Whether a login POST came from another site's page (login CSRF: logging a browser into the
+    attacker's session). Browsers send ``Sec-Fetch-Site``; a form POST under this server's
+    ``Referrer-Policy: no-referrer`` carries ``Origin: null``, so only a real foreign origin counts."""
+    if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
+        return True
+    origin = request.headers.get("Origin")
+    return origin is not None and origin != "null" and origin not in _own_origins(request)
+
+
+def _own_origins(request: web.Request) -> set[str]:
+    """The origins a same-site browser sends: the request's scheme, or https behind a TLS proxy."""
+    schemes = {request.scheme, "https" if login.is_tls(request) else request.scheme}
+    return {f"{scheme}://{request.host}" for scheme in schemes}
 
 
 def csrf_problem(request: web.Request) -> str:
@@ -235,7 +318,7 @@ def csrf_problem(request: web.Request) -> str:
     if request.headers.get(CSRF_HEADER) != "1":
         return f"missing CSRF header: mutating calls must send '{CSRF_HEADER}: 1'"
     origin = request.headers.get("Origin")
-    if origin is not None and origin != f"{request.scheme}://{request.host}":
+    if origin is not None and origin not in _own_origins(request):
         return f"cross-origin request refused (Origin {origin!r})"
     if request.body_exists and request.content_type != "application/json":
         return "mutating calls take a JSON body (Content-Type: application/json)"

@@ -1,6 +1,7 @@
-"""The console's files as a browser gets them, on a real socket: the page at ``/``, its modules and
-stylesheet under ``/console/``, strict security headers (no inline code can run, no third-party
-origin), ETag revalidation, and nothing outside the package's ``static/`` directory reachable.
+"""The console's files as a browser gets them, on a real socket without a token file (the login
+flow is ``test_console_login.py``): the page at ``/``, its modules and stylesheet under
+``/console/``, strict security headers (no inline code can run, no third-party origin), ETag
+revalidation, and nothing outside the package's ``static/`` directory reachable.
 
 The files themselves are checked for what the CSP would silently break in a browser: an inline
 script or style, a ``style=`` attribute, a remote URL, and ES module imports that name a file that
@@ -18,7 +19,6 @@ import pytest
 
 from trainguard import health as health_mod
 from trainguard.console import web as console_web
-from trainguard.http import api as http_api
 from trainguard.http import app as http_app
 
 pytestmark = pytest.mark.unit
@@ -112,37 +112,3 @@ def test_static_files_are_package_data() -> None:
     shipped = {p for g in globs for p in package.glob(g)}
     static = {p for p in (package / "console" / "static").rglob("*") if p.is_file()}
     assert static and static <= shipped, sorted(str(p) for p in static - shipped)
-
-
-async def test_with_a_token_file_the_page_asks_for_a_token(tmp_path: Path) -> None:
-    """With ``--http-token-file``: ``/`` still answers 401 without a token (the contract), with the page
-    as its body so that a browser renders it and the page asks for the token; the page's code under
-    ``/console/`` needs none (no data in it), the API does; with the token ``/`` is a plain 200."""
-    tokens = tmp_path / "tokens"
-    tokens.write_text("reader-token-0123 read\n")
-    health = health_mod.Health()
-    setup = http_api.mount(http_api.Fixed(), health, listen="127.0.0.1:0", token_file=tokens, allow_action=False,
-                           operator=False)
-    server = await http_app.serve(health, "127.0.0.1:0", setup=setup, routes=console_web.routes())
-    assert server is not None
-    bearer = {"Authorization": "Bearer reader-token-0123"}
-    try:
-        async with aiohttp.ClientSession() as session:
-            async with session.get(server.url + "/") as response:
-                assert response.status == 401 and response.content_type == "text/html"
-                assert response.headers["WWW-Authenticate"].startswith("Bearer")
-                assert '<dialog id="token-dialog">' in await response.text()
-            async with session.get(server.url + "/", headers={"Authorization": "Bearer wrong"}) as response:
-                assert response.status == 401 and response.content_type == "application/json"
-            async with session.get(server.url + "/", headers=bearer) as response:
-                assert response.status == 200 and response.content_type == "text/html"
-            async with session.get(server.url + "/console/app.js") as response:
-                assert response.status == 200 and response.content_type == "text/javascript"
-            async with session.post(server.url + "/console/app.js") as response:
-                assert response.status == 401
-            async with session.get(server.url + "/api/v1/whoami") as response:
-                assert response.status == 401
-            async with session.get(server.url + "/api/v1/whoami", headers=bearer) as response:
-                assert response.status == 200 and (await response.json())["role"] == "read"
-    finally:
-        await server.stop()

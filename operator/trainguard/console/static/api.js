@@ -1,8 +1,8 @@
 // The console's only door to the server: JSON calls to /api/v1 and its Server-Sent Events stream.
-// A bearer token typed by the user lives in sessionStorage (this tab only, gone with it) and goes
-// out as `Authorization: Bearer`; a header cannot be forged cross-site, so it also covers CSRF.
+// Who the user is travels in the HttpOnly session cookie set by the login form (/login): this code
+// never sees a token, and the browser sends the cookie with fetch() and EventSource alike. Mutating
+// calls carry the API's CSRF header, which another site cannot make a browser send.
 
-const TOKEN_KEY = "trainguard.token";
 export const BASE = "/api/v1";
 
 export class ApiError extends Error {
@@ -11,22 +11,6 @@ export class ApiError extends Error {
     this.status = status;
     this.body = body;
   }
-}
-
-export function token() {
-  return sessionStorage.getItem(TOKEN_KEY) || "";
-}
-
-export function setToken(value) {
-  if (value) sessionStorage.setItem(TOKEN_KEY, value);
-  else sessionStorage.removeItem(TOKEN_KEY);
-}
-
-function headers(extra) {
-  const h = { Accept: "application/json", ...extra };
-  const t = token();
-  if (t) h.Authorization = `Bearer ${t}`;
-  return h;
 }
 
 function messageOf(status, body, text) {
@@ -45,9 +29,11 @@ async function call(method, path, { query, body } = {}) {
   }
   // mutating calls carry the API's CSRF header and a JSON body
   const extra = method === "GET" ? {} : { "Content-Type": "application/json", "X-Trainguard-Request": "1" };
-  const init = { method, headers: headers(extra) };
+  const init = { method, headers: { Accept: "application/json", ...extra }, credentials: "same-origin" };
   if (body !== undefined) init.body = JSON.stringify(body);
   const response = await fetch(url, init);
+  // 401: the session ended (expired, logged out elsewhere, server restarted): show the login form
+  if (response.status === 401) location.assign("/");
   const text = await response.text();
   let data = null;
   try {
@@ -67,84 +53,65 @@ export const put = (path, body) => call("PUT", path, { body: body ?? {} });
  * route takes the rest of the path as the id). */
 export const wid = (id) => String(id).split("/").map(encodeURIComponent).join("/");
 
+/** Forget the session (POST /logout with the CSRF header), then show the login form. */
+export async function logout() {
+  await fetch("/logout", { method: "POST", headers: { "X-Trainguard-Request": "1" }, credentials: "same-origin" });
+  location.assign("/");
+}
+
 /**
- * Follow /api/v1/events (text/event-stream) and call onEvent({event, data, id}) for each event.
- * Read with fetch() rather than EventSource: EventSource cannot send the Authorization header.
- * Reconnects with backoff and Last-Event-ID; onState("live" | "retrying" | "denied") tells the page.
- * Returns a function that stops it.
+ * Follow /api/v1/events (text/event-stream) with the browser's EventSource (it sends the session
+ * cookie, reconnects by itself and resumes with Last-Event-ID) and call onEvent({event, data, id})
+ * for each event. onState("live" | "retrying" | "denied") tells the page. When the server refuses
+ * the stream (EventSource gives up on any answer but 200), whoami says why: 401 shows the login
+ * form, anything else is retried with backoff. Returns a function that stops it.
  */
 export function follow(onEvent, onState) {
   let stopped = false;
-  let controller = null;
-  let lastId = "";
-  let delay = 500;
+  let source = null;
+  let timer = null;
+  let delay = 1000;
 
-  async function once() {
-    controller = new AbortController();
-    const h = headers({ Accept: "text/event-stream" });
-    if (lastId) h["Last-Event-ID"] = lastId;
-    const response = await fetch(BASE + "/events", { headers: h, signal: controller.signal, cache: "no-store" });
-    if (response.status === 401 || response.status === 403) {
-      onState("denied", response.status);
-      return false;
+  const deliver = (e) => {
+    let data = e.data;
+    try {
+      data = JSON.parse(data);
+    } catch {
+      /* plain text event */
     }
-    if (!response.ok || !response.body) throw new Error(`events: HTTP ${response.status}`);
-    onState("live");
-    delay = 500;
-    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = "";
-    let event = { event: "message", data: [], id: "" };
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return true;
-      buffer += value;
-      let nl;
-      while ((nl = buffer.search(/\r\n|\r|\n/)) >= 0) {
-        const line = buffer.slice(0, nl);
-        buffer = buffer.slice(nl + (buffer.startsWith("\r\n", nl) ? 2 : 1));
-        if (line === "") {
-          if (event.data.length) {
-            if (event.id) lastId = event.id;
-            let data = event.data.join("\n");
-            try {
-              data = JSON.parse(data);
-            } catch {
-              /* plain text event */
-            }
-            onEvent({ event: event.event, data, id: event.id });
-          }
-          event = { event: "message", data: [], id: "" };
-          continue;
-        }
-        if (line.startsWith(":")) continue;
-        const colon = line.indexOf(":");
-        const field = colon < 0 ? line : line.slice(0, colon);
-        let val = colon < 0 ? "" : line.slice(colon + 1);
-        if (val.startsWith(" ")) val = val.slice(1);
-        if (field === "data") event.data.push(val);
-        else if (field === "event") event.event = val;
-        else if (field === "id") event.id = val;
-        else if (field === "retry" && /^\d+$/.test(val)) delay = Number(val);
+    onEvent({ event: e.type, data, id: e.lastEventId });
+  };
+
+  function open() {
+    source = new EventSource(BASE + "/events");
+    source.addEventListener("open", () => {
+      delay = 1000;
+      onState("live");
+    });
+    for (const name of ["audit", "overflow", "message"]) source.addEventListener(name, deliver);
+    source.addEventListener("error", async () => {
+      if (stopped) return;
+      if (source.readyState !== EventSource.CLOSED) {
+        onState("retrying");
+        return;
       }
-    }
+      const response = await fetch(BASE + "/whoami", { credentials: "same-origin" }).catch(() => null);
+      if (stopped) return;
+      if (response && (response.status === 401 || response.status === 403)) {
+        onState("denied");
+        if (response.status === 401) location.assign("/");
+        return;
+      }
+      onState("retrying");
+      timer = setTimeout(open, delay);
+      delay = Math.min(delay * 2, 15000);
+    });
   }
 
-  (async () => {
-    while (!stopped) {
-      let retry = true;
-      try {
-        retry = await once();
-      } catch (err) {
-        if (stopped) return;
-      }
-      if (stopped || !retry) return;
-      onState("retrying");
-      await new Promise((r) => setTimeout(r, delay));
-      delay = Math.min(delay * 2, 15000);
-    }
-  })();
+  open();
   return () => {
     stopped = true;
-    if (controller) controller.abort();
+    clearTimeout(timer);
+    if (source) source.close();
   };
 }

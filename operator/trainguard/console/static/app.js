@@ -1,5 +1,6 @@
-// The console's shell: hash routing between the pages, the token dialog, who the user is (read or
-// write role) and the one live-event stream every page listens to.
+// The console's shell: hash routing between the pages, who is logged in (read or write role, with a
+// logout button when the server asks for credentials) and the one live-event stream every page
+// listens to. The login itself is the server's script-free form at / (see http/login.py).
 
 import * as api from "./api.js";
 import { clear, errorBox, h } from "./ui.js";
@@ -72,26 +73,17 @@ async function whoami() {
     Object.assign(session, { user: me.user, role: me.role, auth: me.auth });
     document.getElementById("who").textContent = `${me.user} · ${me.role}`;
     document.body.dataset.role = me.role;
+    // no credentials asked (loopback without a token file): nobody to log out
+    document.getElementById("logout").hidden = me.auth === "none";
     banner("");
     return true;
   } catch (err) {
     session.role = "";
     document.body.dataset.role = "";
     document.getElementById("who").textContent = "";
-    if (err.status === 401) {
-      banner(api.token() ? "The token was refused (401): enter another one." : "This server needs an access token.");
-      openTokenDialog();
-      return false;
-    }
     banner(`Cannot reach the API: ${err.message}`);
     return true;
   }
-}
-
-function openTokenDialog() {
-  const dialog = document.getElementById("token-dialog");
-  document.getElementById("token-input").value = "";
-  if (!dialog.open) dialog.showModal();
 }
 
 function parseRoute() {
@@ -130,16 +122,8 @@ export function go(hash) {
 }
 
 async function start() {
-  const dialog = document.getElementById("token-dialog");
-  document.getElementById("token-button").addEventListener("click", openTokenDialog);
-  dialog.addEventListener("close", async () => {
-    if (dialog.returnValue === "save") api.setToken(document.getElementById("token-input").value.trim());
-    else if (dialog.returnValue === "clear") api.setToken("");
-    else return;
-    if (await whoami()) {
-      startEvents();
-      render();
-    }
+  document.getElementById("logout").addEventListener("click", () => {
+    api.logout().catch((err) => banner(`Cannot log out: ${err.message}`));
   });
   window.addEventListener("hashchange", render);
   setLive("off");
