@@ -1,0 +1,113 @@
+"""End to end on real Slurm: the Monitor-mode scorecard scores what people did after each advice.
+
+``trainguard run --mode monitor`` records a requeue advice (Xid 79 on rank 1's node) for three jobs.
+Then a person (this test, with Slurm's own commands) acts as people do:
+
+- job A: requeued held, the suspect node added to its excluded nodes, released (what the advice said);
+- job B: not requeued, but its suspect node drained with an admin's reason;
+- job C: ignored; it stays FAILED.
+
+``trainguard scorecard --format json`` must score A ``agree`` (requeued excluding the suspect, by a
+person), B ``agree`` (suspect drained by someone else, with the reason), C ``would-have-helped``
+(the job stayed down), and summarise the policy as ready under a 3-advice rule.
+B's and C's jobs are pinned to disjoint node pairs (and A kept off B's pair's rank-1 node), so the drain
+of B's suspect never touches A's or C's suspect; the drain is undone at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e import harness
+from tests.e2e.conftest import StartTrainguard
+from tests.support.slurm import SlurmCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
+
+JOB_TIMEOUT = 240.0
+DRAIN_REASON = "admin: suspected bad GPU"
+
+
+def _advised_node(runner: harness.Trainguard, job_id: str) -> str:
+    records = harness.wait_audit(runner, job_id, lambda rs: bool(harness.of_kind(rs, "outcome", 0)),
+                                 timeout=JOB_TIMEOUT, what="outcome of attempt 0")
+    (advice,) = harness.of_kind(records, "advice", 0)
+    assert (advice["payload"]["mode"], advice["payload"]["action"]) == ("Monitor", "requeue"), advice
+    (node,) = advice["payload"]["exclusions"]
+    return str(node)
+
+
+def _scorecard(cluster: SlurmCluster, runner: harness.Trainguard, *args: str) -> list[dict[str, Any]]:
+    proc = subprocess.run([str(harness.TRAINGUARD), "scorecard", "--db", runner.db_url, "--scheduler", "slurm-local",
+                           "--format", "json", *args], env=cluster.env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def test_scorecard_scores_a_requeue_a_drain_and_an_ignored_advice(
+    slurm_cluster: SlurmCluster, start_trainguard: StartTrainguard, e2e_dir: Path
+) -> None:
+    runner, policy = start_trainguard("monitor", "scorecard")
+    workdir = e2e_dir / "jobs"
+    opt_in = f"trainguard policy={policy}"
+    settings: dict[str, Any] = {"nodes": 2, "steps": 60, "step_time": 0.1, "log_every": 5, "fault": "xid",
+                                "fault_rank": 1, "fault_step": 15, "comment": opt_in}
+    drained: str | None = None
+    job_b = harness.submit(slurm_cluster, workdir, job_name="e2e-score-b", sbatch_options=["--nodelist=node3,node4"],
+                           **settings)
+    job_c = harness.submit(slurm_cluster, workdir, job_name="e2e-score-c", sbatch_options=["--nodelist=node1,node2"],
+                           **settings)
+    job_a = harness.submit(slurm_cluster, workdir, job_name="e2e-score-a", sbatch_options=["--exclude=node4"],
+                           **settings)
+    try:
+        for job in (job_a, job_b, job_c):
+            harness.wait_job(slurm_cluster, job, harness.is_final, timeout=JOB_TIMEOUT, what="final", runner=runner,
+                             workdir=workdir)
+        bad_a, bad_b, bad_c = (_advised_node(runner, job) for job in (job_a, job_b, job_c))
+        assert (bad_b, bad_c) == ("node4", "node2")
+
+        # A: what the advice said, done by a person
+        excluded = sorted({"node4", bad_a})
+        slurm_cluster.scontrol("requeuehold", job_a)
+        slurm_cluster.scontrol("update", f"JobId={job_a}", f"ExcNodeList={','.join(excluded)}")
+        slurm_cluster.scontrol("release", job_a)
+        after_a = harness.wait_job(slurm_cluster, job_a, harness.final_and_restarted(1), timeout=JOB_TIMEOUT,
+                                   what="completed after the person's requeue", runner=runner, workdir=workdir)
+        assert after_a["JobState"] == "COMPLETED", harness.summary(after_a)
+        # B: the suspect node drained by an admin; C: nothing
+        drained = bad_b
+        slurm_cluster.scontrol("update", f"NodeName={bad_b}", "State=DRAIN", f"Reason={DRAIN_REASON}")
+
+        rows = _scorecard(slurm_cluster, runner, "--min-scored", "3")
+    finally:
+        if drained is not None:
+            slurm_cluster.scontrol("update", f"NodeName={drained}", "State=RESUME")
+        for job in (job_a, job_b, job_c):
+            harness.cancel_if_active(slurm_cluster, job)
+
+    by_job = {str(r["workload"]).rsplit("/", 1)[-1]: r for r in rows if not r.get("summary")}
+    assert set(by_job) == {job_a, job_b, job_c}, rows
+    for row in by_job.values():
+        assert (row["attempt"], row["advice"], row["policy"]) == (0, "requeue", policy), row
+
+    a, b, c = by_job[job_a], by_job[job_b], by_job[job_c]
+    assert (a["score"], a["detail"], a["requeued_by"], a["nodes"]) == (
+        "agree", "requeued-excluding-suspect", "person", [bad_a]), a
+    assert (b["score"], b["detail"], b["requeued_by"]) == ("agree", "suspect-drained-by-other", "none"), b
+    assert DRAIN_REASON in b["drained_by_other"][bad_b], b
+    assert (c["score"], c["detail"], c["requeued_by"]) == ("would-have-helped", "ignored-job-stayed-down", "none"), c
+    assert not any(r["harmful"] for r in by_job.values())
+
+    (summary,) = [r for r in rows if r.get("summary")]
+    assert (summary["policy"], summary["advice"], summary["scored"], summary["agree"],
+            summary["would_have_helped"], summary["harmful"]) == (policy, 3, 3, 2, 1, 0), summary
+    assert (summary["agreement_rate"], summary["ready_for_action"]) == (1.0, True), summary
+
+    # --policy filters: another policy's name gives nothing
+    assert _scorecard(slurm_cluster, runner, "--policy", "no-such-policy") == []
