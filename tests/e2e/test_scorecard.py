@@ -38,7 +38,9 @@ def _advised_node(runner: harness.Trainguard, job_id: str) -> str:
                                  timeout=JOB_TIMEOUT, what="outcome of attempt 0")
     (advice,) = harness.of_kind(records, "advice", 0)
     assert (advice["payload"]["mode"], advice["payload"]["action"]) == ("Monitor", "requeue"), advice
-    (node,) = advice["payload"]["exclusions"]
+    (verdict,) = harness.of_kind(records, "verdict", 0)
+    (node,) = verdict["payload"]["nodes"]
+    assert node in advice["payload"]["exclusions"], advice
     return str(node)
 
 

@@ -101,14 +101,17 @@ class AdviceFact:
     exclusions: tuple[str, ...] = ()
     drains: tuple[str, ...] = ()
     suspects: tuple[str, ...] = ()
-    """The verdict's suspect nodes for the advised attempt."""
+    """The verdict's suspect nodes and lemon nodes for the advised attempt."""
     category: str = ""
 
     @property
     def nodes(self) -> tuple[str, ...]:
-        """The nodes the advice blames: what it would exclude or drain, else the verdict's suspects."""
-        named = tuple(dict.fromkeys((*self.exclusions, *self.drains)))
-        return named or self.suspects
+        """The nodes the advice blames: what it would drain, and the exclusions that are the verdict's
+        suspects (the advice's exclusions also carry the user's own ``--exclude``, which blames nothing).
+        Without a verdict: every exclusion and drain."""
+        if not self.suspects:
+            return tuple(dict.fromkeys((*self.exclusions, *self.drains)))
+        return tuple(dict.fromkeys((*(n for n in self.exclusions if n in self.suspects), *self.drains)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -67,7 +67,8 @@ async def _workload_facts(
     categories: dict[int, str] = {}
     for verdict in verdicts:  # oldest first: the latest verdict of an attempt wins
         if verdict.attempt is not None:
-            suspects[verdict.attempt] = tuple(str(n) for n in verdict.payload.get("nodes") or ())
+            named = [*(verdict.payload.get("nodes") or ()), *(verdict.payload.get("lemon_nodes") or ())]
+            suspects[verdict.attempt] = tuple(dict.fromkeys(str(n) for n in named))
             categories[verdict.attempt] = str(verdict.payload.get("category") or "")
     stored = await reads.attempts(name)
     attempts = [scorecard.AttemptFact(

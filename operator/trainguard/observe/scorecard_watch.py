@@ -45,21 +45,39 @@ class ScorecardWatch:
         self.window_s = window_s
         self.snapshots = snapshots.Snapshots(store.sql_engine)
         self.watched: dict[str, _Watched] = {}
+        self._loaded = False
 
     def audit_written(self, record: audit.Written) -> None:
         """AuditObserver: start watching after a Monitor-mode advice (the latest advice of a workload wins)."""
-        if record.kind != vocab.AuditKind.ADVICE.value or record.attempt is None:
+        if record.kind == vocab.AuditKind.ADVICE.value and record.attempt is not None:
+            self._watch(record.workload, record.attempt, record.payload, record.at)
+
+    def _watch(self, workload: str, attempt: int, payload: dict[str, object], at: float) -> None:
+        if payload.get("mode") != vocab.Mode.MONITOR.value:
             return
-        if record.payload.get("mode") != vocab.Mode.MONITOR.value:
-            return
-        blamed = [*(record.payload.get("exclude_nodes") or ()), *(record.payload.get("drain_nodes") or ())]
-        self.watched[record.workload] = _Watched(
-            workload=record.workload, attempt=record.attempt, nodes=tuple(dict.fromkeys(str(n) for n in blamed)),
-            until=record.at + self.window_s)
+        blamed = [*_names(payload.get("exclude_nodes")), *_names(payload.get("drain_nodes"))]
+        self.watched[workload] = _Watched(workload=workload, attempt=attempt, nodes=tuple(dict.fromkeys(blamed)),
+                                          until=at + self.window_s)
+
+    async def _load(self, now: float) -> None:
+        """After a restart: watch again the Monitor-mode advice of the window whose job was not yet seen gone."""
+        since = audit.to_datetime(now - self.window_s)
+        live = dict(self.watched)  # advice seen since start wins over the recorded
+        for record in await self.store.audit_records(kind=vocab.AuditKind.ADVICE, since=since):  # oldest first
+            if record.attempt is not None:
+                self._watch(record.workload, record.attempt, record.payload, audit.to_epoch(record.time))
+        self.watched.update(live)
+        seen = await self.snapshots.of(sorted(self.watched))
+        for name, rows in seen.items():
+            if rows and rows[-1].job_state == GONE:
+                del self.watched[name]
+        self._loaded = True
 
     async def sweep(self) -> None:
         """One round: snapshot every watched workload whose scheduler view changed."""
         now = self.clock.now()
+        if not self._loaded:
+            await self._load(now)
         for name in [n for n, w in self.watched.items() if w.until < now]:
             del self.watched[name]
         if not self.watched:
@@ -90,3 +108,7 @@ class ScorecardWatch:
             return
         await self.snapshots.record(snap)
         watched.last = key
+
+
+def _names(value: object) -> list[str]:
+    return [str(n) for n in value] if isinstance(value, list | tuple) else []

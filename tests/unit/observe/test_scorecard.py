@@ -140,3 +140,14 @@ def test_what_the_watch_saw_counts_after_the_scheduler_forgot_the_job() -> None:
     assert row.drained_by_other == {"node2": "admin: gpu"}
     # without the snapshots the same facts say nothing
     assert scorecard.score_advice(advice(), [FAILED0], None, IDLE).score is Score.UNKNOWN
+
+
+def test_the_users_own_exclusions_in_the_advice_blame_no_node() -> None:
+    """The advice's exclusions are the whole desired set: the user's ``--exclude=node4`` is in them."""
+    item = AdviceFact(workload="slurm/7", attempt=0, generation=1, action="requeue", policy="p", at=T0,
+                      exclusions=("node2", "node4"), suspects=("node2",))
+    assert item.nodes == ("node2",)
+    later = AttemptFact(attempt=1, state="RUNNING", nodes=("node1", "node3"))
+    row = scorecard.score_advice(item, [FAILED0, later], job(JobState.RUNNING, restarts=1, excluded=("node2", "node4")),
+                                 IDLE)
+    assert row.detail is Detail.REQUEUED_EXCLUDING_SUSPECT
