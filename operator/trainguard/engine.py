@@ -166,7 +166,7 @@ class Engine:
         """Prometheus metrics, on the health model's registry (served at /metrics by the shells)."""
         if self.metrics not in store.observers:
             store.observers.append(self.metrics)
-        self.scorecard_watch = scorecard_watch.ScorecardWatch(scheduler, store, clock_)
+        self.scorecard_watch = scorecard_watch.ScorecardWatch(scheduler, store, clock_, metrics=self.metrics)
         """Snapshots of the scheduler after each Monitor-mode advice, for ``trainguard scorecard``."""
         store.observers.append(self.scorecard_watch)
         self.metrics.count_workloads(self.workload_states)

@@ -16,8 +16,12 @@ of B's suspect never touches A's or C's suspect; the drain is undone at the end.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ import pytest
 
 from tests.e2e import harness
 from tests.e2e.conftest import StartTrainguard
+from tests.support import browser
 from tests.support.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
@@ -52,8 +57,28 @@ def _scorecard(cluster: SlurmCluster, runner: harness.Trainguard, *args: str) ->
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
 
 
+def _snapshot_of_drain(runner: harness.Trainguard, workload_suffix: str, reason: str, *, timeout: float) -> None:
+    """Wait until the runner's scorecard watch wrote down the drain (a row of its store's snapshots)."""
+    path = runner.db_url.split("///", 1)[1]
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            rows = db.execute("SELECT workload, nodes FROM scorecard_snapshots").fetchall()
+        if any(str(w).endswith(workload_suffix) and reason in str(nodes) for w, nodes in rows):
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no snapshot of the drain within {timeout:.0f} s: {rows}")
+        time.sleep(0.5)
+
+
+def _api_scorecard(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url + "/api/v1/scorecard", timeout=60) as response:
+        data: dict[str, Any] = json.load(response)
+        return data
+
+
 def test_scorecard_scores_a_requeue_a_drain_and_an_ignored_advice(
-    slurm_cluster: SlurmCluster, start_trainguard: StartTrainguard, e2e_dir: Path
+    slurm_cluster: SlurmCluster, start_trainguard: StartTrainguard, e2e_dir: Path, request: pytest.FixtureRequest,
 ) -> None:
     runner, policy = start_trainguard("monitor", "scorecard")
     workdir = e2e_dir / "jobs"
@@ -87,6 +112,12 @@ def test_scorecard_scores_a_requeue_a_drain_and_an_ignored_advice(
         slurm_cluster.scontrol("update", f"NodeName={bad_b}", "State=DRAIN", f"Reason={DRAIN_REASON}")
 
         rows = _scorecard(slurm_cluster, runner, "--min-scored", "3")
+        # The engine's watch writes the drain down; the admin then resumes the node: Slurm forgets the
+        # drain, the scorecard (here through the API) still knows it.
+        _snapshot_of_drain(runner, f"/{job_b}", DRAIN_REASON, timeout=90)
+        slurm_cluster.scontrol("update", f"NodeName={bad_b}", "State=RESUME")
+        drained = None
+        card = _api_scorecard(runner.http_url)
     finally:
         if drained is not None:
             slurm_cluster.scontrol("update", f"NodeName={drained}", "State=RESUME")
@@ -113,3 +144,33 @@ def test_scorecard_scores_a_requeue_a_drain_and_an_ignored_advice(
 
     # --policy filters: another policy's name gives nothing
     assert _scorecard(slurm_cluster, runner, "--policy", "no-such-policy") == []
+
+    # The API after the drain was resumed: the same scores, B's drain from the engine's snapshot
+    api_rows = {str(r["workload"]).rsplit("/", 1)[-1]: r for r in card["items"]}
+    assert {j: (r["score"], r["detail"]) for j, r in api_rows.items()} == {
+        j: (r["score"], r["detail"]) for j, r in by_job.items()}, card
+    assert DRAIN_REASON in api_rows[job_b]["drained_by_other"][bad_b]
+    (api_summary,) = card["summaries"]
+    assert (api_summary["scored"], api_summary["ready_for_action"]) == (3, False)  # default rule: 5 scored
+
+    # The console's scorecard page shows the same, in a real Chromium (when one is installed)
+    if browser.why_no_browser():
+        return
+    chromium = request.getfixturevalue("chromium")
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    try:
+        page = context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(runner.http_url + "/#/scorecard")
+        page.wait_for_selector("#scorecard-advice tbody tr[data-score]")
+        shown = {str(row.get_attribute("data-workload")).rsplit("/", 1)[-1]: row.get_attribute("data-score")
+                 for row in page.locator("#scorecard-advice tbody tr[data-score]").all()}
+        assert shown == {job_a: "agree", job_b: "agree", job_c: "would-have-helped"}, shown
+        ready = page.locator(f"#scorecard-policies tbody tr[data-policy='{policy}'] td[data-ready]")
+        assert ready.get_attribute("data-ready") == "false"
+        assert "only 3 scored advice" in ready.inner_text()
+        page.screenshot(path=str(request.getfixturevalue("artifacts_dir") / "scorecard.png"), full_page=True)
+    finally:
+        context.close()
+    assert errors == []

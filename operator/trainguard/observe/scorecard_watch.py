@@ -14,6 +14,7 @@ import dataclasses
 import logging
 
 from trainguard.model import clock, vocab
+from trainguard.observe import metrics as metrics_mod
 from trainguard.schedulers import base
 from trainguard.store import audit, snapshots
 
@@ -38,7 +39,7 @@ class ScorecardWatch:
     """Snapshots of the scheduler after Monitor-mode advice (store table ``scorecard_snapshots``)."""
 
     def __init__(self, scheduler: base.Scheduler, store: audit.AuditStore, clock_: clock.Clock, *,
-                 window_s: float = WINDOW_S) -> None:
+                 window_s: float = WINDOW_S, metrics: metrics_mod.EngineMetrics | None = None) -> None:
         self.scheduler = scheduler
         self.store = store
         self.clock = clock_
@@ -46,6 +47,8 @@ class ScorecardWatch:
         self.snapshots = snapshots.Snapshots(store.sql_engine)
         self.watched: dict[str, _Watched] = {}
         self._loaded = False
+        self.metrics = metrics
+        """``trainguard_scorecard_snapshots_total`` and ``trainguard_scorecard_watched_workloads``."""
 
     def audit_written(self, record: audit.Written) -> None:
         """AuditObserver: start watching after a Monitor-mode advice (the latest advice of a workload wins)."""
@@ -80,6 +83,8 @@ class ScorecardWatch:
             await self._load(now)
         for name in [n for n, w in self.watched.items() if w.until < now]:
             del self.watched[name]
+        if self.metrics is not None:
+            self.metrics.scorecard_watched.set(len(self.watched))
         if not self.watched:
             return
         nodes = {n.name: n for n in await self.scheduler.list_nodes()}
@@ -108,6 +113,8 @@ class ScorecardWatch:
             return
         await self.snapshots.record(snap)
         watched.last = key
+        if self.metrics is not None:
+            self.metrics.scorecard_snapshot(snap.job_state)
 
 
 def _names(value: object) -> list[str]:

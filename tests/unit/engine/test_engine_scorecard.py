@@ -77,3 +77,18 @@ async def test_a_restarted_engine_watches_the_recorded_monitor_advice_again(make
     await fresh.scorecard_watch.sweep()
     seen = await snapshots.Snapshots(h.store.sql_engine).of([scenario.workload_of("21")])
     assert [s.job_state for s in seen[scenario.workload_of("21")]] == ["FAILED"]
+
+
+async def test_the_watch_is_counted_in_the_metrics(make_harness: scenario.MakeHarness) -> None:
+    h = await make_harness()
+    h.submit("22", "trainguard")
+    h.write("22", *scenario.ranked(1, scenario.XID_79))
+    await h.step()
+    await h.settle()
+    await h.engine.scorecard_watch.sweep()
+    h.fail("22")
+    await h.engine.scorecard_watch.sweep()
+    registry = h.engine.metrics.registry
+    assert registry.get_sample_value("trainguard_scorecard_watched_workloads") == 1
+    assert registry.get_sample_value("trainguard_scorecard_snapshots_total", {"job_state": "RUNNING"}) == 1
+    assert registry.get_sample_value("trainguard_scorecard_snapshots_total", {"job_state": "FAILED"}) == 1
