@@ -167,7 +167,9 @@ class Engine:
         if self.metrics not in store.observers:
             store.observers.append(self.metrics)
         self.scorecard_watch = scorecard_watch.ScorecardWatch(scheduler, store, clock_, metrics=self.metrics)
-        """Snapshots of the scheduler after each Monitor-mode advice, for ``trainguard scorecard``."""
+        """Snapshots of the scheduler after each Monitor-mode advice, for ``trainguard scorecard``; one per store
+        (a new engine, e.g. per leadership term, replaces the previous one's)."""
+        store.observers[:] = [o for o in store.observers if not isinstance(o, scorecard_watch.ScorecardWatch)]
         store.observers.append(self.scorecard_watch)
         self.metrics.count_workloads(self.workload_states)
 

@@ -92,3 +92,12 @@ async def test_the_watch_is_counted_in_the_metrics(make_harness: scenario.MakeHa
     assert registry.get_sample_value("trainguard_scorecard_watched_workloads") == 1
     assert registry.get_sample_value("trainguard_scorecard_snapshots_total", {"job_state": "RUNNING"}) == 1
     assert registry.get_sample_value("trainguard_scorecard_snapshots_total", {"job_state": "FAILED"}) == 1
+
+
+async def test_a_new_engine_on_the_same_store_replaces_the_previous_watch(make_harness: scenario.MakeHarness) -> None:
+    """The operator starts an engine per leadership term on one store: the old watch must not keep
+    collecting advice it will never sweep."""
+    h = await make_harness()
+    fresh = h.new_engine()
+    watches = [o for o in h.store.observers if isinstance(o, type(fresh.scorecard_watch))]
+    assert watches == [fresh.scorecard_watch]
