@@ -44,6 +44,7 @@ from trainguard.detect import matcher as matcher_mod
 from trainguard.model import actions, advice, anomalies, clock, limits, routing, signals, verdicts, vocab, workloads
 from trainguard.model import evidence as evidence_model
 from trainguard.observe import metrics as metrics_mod
+from trainguard.observe import scorecard_watch
 from trainguard.policy import blast_radius, decide, ledger, loader, overrides
 from trainguard.policy import model as policy_model
 from trainguard.schedulers import base
@@ -165,6 +166,11 @@ class Engine:
         """Prometheus metrics, on the health model's registry (served at /metrics by the shells)."""
         if self.metrics not in store.observers:
             store.observers.append(self.metrics)
+        self.scorecard_watch = scorecard_watch.ScorecardWatch(scheduler, store, clock_, metrics=self.metrics)
+        """Snapshots of the scheduler after each Monitor-mode advice, for ``trainguard scorecard``; one per store
+        (a new engine, e.g. per leadership term, replaces the previous one's)."""
+        store.observers[:] = [o for o in store.observers if not isinstance(o, scorecard_watch.ScorecardWatch)]
+        store.observers.append(self.scorecard_watch)
         self.metrics.count_workloads(self.workload_states)
 
     def workload_states(self) -> list[str]:
@@ -186,6 +192,8 @@ class Engine:
             self._spawn(self._every(self.settings.tail_interval_s, self.tail, stop), "tailing"),
             self._spawn(self._every(self.settings.sweep_interval_s, self.sweep, stop, health_mod.STORE),
                         "watchdog-sweep"),
+            self._spawn(self._every(self.settings.sweep_interval_s, self.scorecard_watch.sweep, stop),
+                        "scorecard-watch"),
         ]
         if self.gpu_metrics is not None:
             loops.append(self._spawn(self._every(self.settings.metrics_interval_s, self.watch_metrics, stop),

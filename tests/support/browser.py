@@ -22,7 +22,8 @@ CHROMIUM = Path(os.environ.get("TG_CHROMIUM", "/usr/lib/chromium/chromium"))
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _why_no_browser() -> str:
+def why_no_browser() -> str:
+    """Why the browser tests cannot run here (empty: they can)."""
     if not CHROMIUM.is_file() or not os.access(CHROMIUM, os.X_OK):
         return f"no Chromium at {CHROMIUM}: apt-get install -y chromium (hack/test.sh does it as root)"
     try:
@@ -44,7 +45,7 @@ def artifacts_dir() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     """A headless Chromium (``playwright.sync_api.Browser``) for one test module."""
-    why = _why_no_browser()
+    why = why_no_browser()
     if why:
         pytest.skip(why)
     from playwright.sync_api import sync_playwright

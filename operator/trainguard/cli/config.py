@@ -385,6 +385,23 @@ class DoctorSettings(Settings):
         return _split_list(value)
 
 
+class ScorecardSettings(Settings):
+    """``trainguard scorecard``: the settings of ``run`` (same flags, environment and config file): the
+    audit database to read and the scheduler whose jobs and nodes show what happened after each advice."""
+
+    COMMAND: ClassVar[str] = "scorecard"
+
+    ssh_key: PathList = Field(default_factory=list, description="SSH private key for slurm-ssh (repeatable)",
+                              json_schema_extra=_flag(metavar="FILE"))
+    known_hosts: Path | None = Field(None, description="SSH known_hosts file for slurm-ssh",
+                                     json_schema_extra=_flag(metavar="FILE"))
+
+    @field_validator("ssh_key", mode="before")
+    @classmethod
+    def _split_paths(cls, value: Any) -> Any:
+        return _split_list(value)
+
+
 class ConfigFileSource(PydanticBaseSettingsSource):
     """The YAML config file: a mapping of setting names (``-`` or ``_``) to values."""
 

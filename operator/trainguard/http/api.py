@@ -694,6 +694,25 @@ async def errors(request: web.Request,
         return _json(models.Error(error="internal error (logged by the server)", status=500), 500)
 
 
+# ---------------------------------------------------------------- scorecard
+
+
+async def get_scorecard(request: web.Request) -> web.Response:
+    """The Monitor-mode scorecard (docs/scorecard.md) with the default readiness rule; the engine's
+    scheduler is read when this process runs one, else only the store's records count."""
+    from trainguard.observe import scorecard, scorecard_facts
+
+    state = request.app[STATE]
+    params = _params(request, ("policy", "workload"))
+    engine = state.backend.engine
+    rows = await scorecard_facts.gather(state.store(), engine.scheduler if engine is not None else None,
+                                        policy=params.get("policy"), workload=params.get("workload"))
+    return _json(models.Scorecard(
+        items=[models.ScorecardRow.model_validate(row.to_json()) for row in rows],
+        summaries=[models.ScorecardSummary.model_validate(s) for s in scorecard.summarise(rows, scorecard.Readiness())],
+    ))
+
+
 ROUTES: Final = (
     ("GET", "/openapi.json", openapi_document),
     ("GET", "/whoami", whoami),
@@ -707,6 +726,7 @@ ROUTES: Final = (
     ("POST", "/nodes/{node}/undo-drain", undo_drain),
     ("GET", "/health", engine_health),
     ("GET", "/events", events),
+    ("GET", "/scorecard", get_scorecard),
 )
 
 

@@ -193,9 +193,52 @@ class WhoAmI(_Model):
     auth: Literal["none", "token", "kubernetes"]
 
 
+class ScorecardRow(_Model):
+    """One Monitor-mode advice, scored (the fields of ``trainguard scorecard --format json``; docs/scorecard.md)."""
+
+    workload: str
+    attempt: int
+    generation: int
+    advice: str
+    policy: str
+    category: str
+    nodes: list[str]
+    score: Literal["agree", "disagree", "would-have-helped", "unknown"]
+    detail: str
+    requeued_by: str
+    drained_by_other: dict[str, str]
+    harmful: bool
+    gpu_hours_saved: float | None
+    evidence: list[str]
+
+
+class ScorecardSummary(_Model):
+    """One policy's summary and its "ready for Action" signal."""
+
+    policy: str
+    summary: bool
+    advice: int
+    scored: int
+    agree: int
+    disagree: int
+    would_have_helped: int
+    unknown: int
+    agreement_rate: float | None
+    harmful: int
+    gpu_hours_saved: float
+    ready_for_action: bool
+    not_ready_because: list[str]
+    readiness_rule: str
+
+
+class Scorecard(_Model):
+    items: list[ScorecardRow]
+    summaries: list[ScorecardSummary]
+
+
 MODELS: tuple[type[BaseModel], ...] = (
     Error, WorkloadItem, WorkloadPage, AuditItem, AuditPage, Evidence, TimelineStep, AttemptView, WorkloadDetail,
     PolicyItem, PolicyList, NodeIncident, NodeAction, NodeItem, NodeList, EngineHealth, ModeChange, Acknowledge,
-    MutationResult, WhoAmI,
+    MutationResult, WhoAmI, ScorecardRow, ScorecardSummary, Scorecard,
 )
 """Every model the document's components hold."""

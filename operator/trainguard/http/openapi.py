@@ -105,6 +105,9 @@ def document() -> dict[str, Any]:
             _path("node", "node name")]),
         "/api/v1/health": _get(models.EngineHealth, "engine health: scheduler/store reachability, loop lag, leader"),
         "/api/v1/whoami": _get(models.WhoAmI, "the caller's identity and role"),
+        "/api/v1/scorecard": _get(models.Scorecard, "Monitor-mode advice scored by what happened next, per-policy "
+                                  "readiness for Action (docs/scorecard.md)", [
+            _query("policy", "only advice of this policy"), _query("workload", "only advice of this workload")]),
         "/api/v1/events": {"get": {
             "summary": "live audit records as Server-Sent Events (event: audit, data: an AuditItem)",
             "parameters": [_query("workload", "only this workload's records")],

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -142,6 +142,12 @@ class EngineMetrics:
         self.audit_write = Histogram(
             "trainguard_audit_write_seconds", "Duration of the store transaction that wrote an audit record, by kind",
             ["kind"], buckets=WRITE_BUCKETS, registry=r)
+        self.scorecard_snapshots = Counter(
+            "trainguard_scorecard_snapshots", "Scheduler snapshots written after Monitor-mode advice for the "
+            "scorecard (docs/scorecard.md), by the job state seen (GONE: the scheduler forgot the job)",
+            ["job_state"], registry=r)
+        self.scorecard_watched = Gauge(
+            "trainguard_scorecard_watched_workloads", "Workloads watched after a Monitor-mode advice", registry=r)
         self.states = _WorkloadStates(self)
         r.register(self.states)
         self._anomaly_at: _Recent = _Recent()
@@ -165,6 +171,10 @@ class EngineMetrics:
             found = cls(registry)
             _BY_REGISTRY[id(registry)] = found
         return found
+
+    def scorecard_snapshot(self, job_state: str) -> None:
+        """One snapshot written by the scorecard watch (``observe/scorecard_watch.py``)."""
+        self.scorecard_snapshots.labels(job_state if job_state in _STATES or job_state == "GONE" else OTHER).inc()
 
     def count_workloads(self, source: Callable[[], Iterable[str]]) -> None:
         """Read ``trainguard_workloads`` from ``source`` (the current engine's job states) at scrape time."""

@@ -293,3 +293,21 @@ class TailPositionRow(Base):
     fingerprint: orm.Mapped[str] = orm.mapped_column(sa.String(64), default="")
     basis: orm.Mapped[str] = orm.mapped_column(sa.String(16), default="")
     updated_at: orm.Mapped[datetime.datetime]
+
+
+class ScorecardSnapshotRow(Base):
+    """What the scheduler showed after a Monitor-mode advice (migration 0010), kept because the scheduler
+    forgets: a purged job's excluded nodes, a drain resumed later. One row per change seen;
+    ``attempt`` is the advised attempt, ``nodes`` the blamed nodes' ``{name: {state, reason}}``."""
+
+    __tablename__ = "scorecard_snapshots"
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    workload: orm.Mapped[str] = _workload_fk()
+    attempt: orm.Mapped[int]
+    job_state: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    restarts: orm.Mapped[int | None]
+    excluded_nodes: orm.Mapped[list[Any]]
+    job_nodes: orm.Mapped[list[Any]]
+    nodes: orm.Mapped[dict[str, Any]]
+    at: orm.Mapped[datetime.datetime]

@@ -10,8 +10,9 @@ import * as workload from "./pages/workload.js";
 import * as audit from "./pages/audit.js";
 import * as nodes from "./pages/nodes.js";
 import * as policies from "./pages/policies.js";
+import * as scorecard from "./pages/scorecard.js";
 
-const PAGES = { overview, workloads, workload, audit, nodes, policies };
+const PAGES = { overview, workloads, workload, audit, nodes, policies, scorecard };
 
 /** What every page gets: who the user is, and a way to hear live events. */
 export const session = {
