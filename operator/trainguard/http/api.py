@@ -769,6 +769,14 @@ def install(app: web.Application, state: State, tokens: auth.TokenBook | None,
     app.on_response_prepare.append(auth.security_headers)
     for method, path, handler in ROUTES:
         app.router.add_route(method, PREFIX + path, handler)
+    lost = goodput.collector_on(state.health.metrics.registry)
+
+    async def refresh_goodput() -> None:
+        store = state.backend.store
+        if store is not None:
+            await lost.refresh(store.sql_engine, now=time.time())
+
+    app.setdefault(http_app.BEFORE_SCRAPE, []).append(refresh_goodput)
 
     async def close_hub(_: web.Application) -> None:
         await state.hub.close()  # ends every open stream, so shutdown does not wait for them

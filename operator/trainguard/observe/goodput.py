@@ -38,10 +38,17 @@ there is no honest one:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import statistics
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainguard.store import goodput as facts_mod
 
@@ -296,3 +303,88 @@ def failure_json(f: Failure) -> dict[str, Any]:
         "baseline_lost_seconds": None if f.baseline_lost_s is None else _round(f.baseline_lost_s),
         "estimate": f.estimate,
     }
+
+
+# -- Prometheus ----------------------------------------------------------------------------------
+
+CAUSES: Final = ("work_lost", "detection", "decision", "action", "requeue_wait")
+"""The ``cause`` label of ``trainguard_time_lost_seconds_total``: the pieces of a failure's loss."""
+REFRESH_S: Final = 60.0
+"""Least time between two recomputations for ``/metrics``: the accounting reads every attempt of the
+database, which a scrape every few seconds must not repeat each time."""
+
+
+class GoodputCollector(Collector):
+    """``trainguard_time_lost_seconds_total{cause}``, ``trainguard_productive_seconds_total`` and
+    ``trainguard_failures_total{estimate}`` from the latest accounting of the whole audit database
+    (``refresh``, called before a scrape and at most every ``REFRESH_S``). Totals over history, so
+    they only grow: productive time counts attempts that ended (a running attempt's could shrink
+    once it fails), lost time counts failures (a failure's requeue wait is added when the next
+    attempt starts)."""
+
+    def __init__(self, refresh_s: float = REFRESH_S) -> None:
+        self.refresh_s = refresh_s
+        self.lost: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
+        self.productive = 0.0
+        self.failures: dict[str, int] = {}
+        self._at: float | None = None
+        self._lock = asyncio.Lock()
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def _families(self) -> Iterable[Metric]:
+        lost = CounterMetricFamily("trainguard_time_lost_seconds", "Time lost to failures, by cause (work lost since "
+                                   "the last checkpoint, detection, decision, action, requeue wait; docs/goodput.md)",
+                                   labels=["cause"])
+        for cause in CAUSES:
+            lost.add_metric([cause], self.lost[cause])
+        yield lost
+        productive = CounterMetricFamily("trainguard_productive_seconds", "Productive time of ended attempts "
+                                         "(start to the last checkpoint before a failure, or to the end)")
+        productive.add_metric([], self.productive)
+        yield productive
+        failures = CounterMetricFamily("trainguard_failures", "Failed attempts, by the basis of the without-"
+                                       "Trainguard estimate (job_exit, job_timeout, none)", labels=["estimate"])
+        for basis in ("job_exit", "job_timeout", "none"):
+            failures.add_metric([basis], self.failures.get(basis, 0))
+        yield failures
+
+    def update(self, accounts: Sequence[AttemptAccount], facts: Sequence[facts_mod.AttemptFacts]) -> None:
+        ended = {(f.workload, f.attempt) for f in facts if f.ended_at is not None}
+        fs = [a.failure for a in accounts if a.failure is not None]
+        self.lost = {
+            "work_lost": sum(f.work_lost_s for f in fs), "detection": sum(f.detection_s for f in fs),
+            "decision": sum(f.decision_s for f in fs), "action": sum(f.action_s for f in fs),
+            "requeue_wait": sum(f.requeue_wait_s for f in fs),
+        }
+        self.productive = sum(a.productive_s for a in accounts if (a.workload, a.attempt) in ended)
+        counts: dict[str, int] = {}
+        for f in fs:
+            counts[f.estimate] = counts.get(f.estimate, 0) + 1
+        self.failures = counts
+
+    async def refresh(self, engine: AsyncEngine, *, now: float) -> None:
+        """Recompute from the database unless the last accounting is younger than ``refresh_s``."""
+        async with self._lock:
+            if self._at is not None and now - self._at < self.refresh_s:
+                return
+            facts = await facts_mod.attempt_facts(engine)
+            self.update(account(facts, now=now), facts)
+            self._at = now
+
+
+_COLLECTORS: weakref.WeakKeyDictionary[CollectorRegistry, GoodputCollector] = weakref.WeakKeyDictionary()
+
+
+def collector_on(registry: CollectorRegistry) -> GoodputCollector:
+    """The one ``GoodputCollector`` registered on ``registry`` (created and registered on first use)."""
+    found = _COLLECTORS.get(registry)
+    if found is None:
+        found = GoodputCollector()
+        registry.register(found)
+        _COLLECTORS[registry] = found
+    return found

@@ -38,6 +38,18 @@ async def test_goodput_answers_the_accounting_of_the_audit_history(db_url: str) 
                 assert groups["progress_stalled"]["workload"] == "*"
                 assert groups["progress_stalled"]["lost_seconds"] == 761
 
+                status, text, _ = await c.get("/metrics")
+                assert status == 200
+                samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                           if line.startswith(("trainguard_time_lost", "trainguard_productive", "trainguard_failures"))}
+                assert {cause: samples[f'trainguard_time_lost_seconds_total{{cause="{cause}"}}'] for cause in (
+                    "work_lost", "detection", "decision", "action", "requeue_wait")} == {
+                    "work_lost": 100 + 200 + 50, "detection": 10 + 90 + 90, "decision": 5 + 1 + 0,
+                    "action": 5 + 0 + 1, "requeue_wait": 60 + 269 + 60}
+                assert samples["trainguard_productive_seconds_total"] == 300 + 1000 + 0 + 100 + 50 + 100  # ended
+                assert [samples[f'trainguard_failures_total{{estimate="{basis}"}}']
+                        for basis in ("job_exit", "job_timeout", "none")] == [1, 1, 1]
+
                 for params, words in (({"by": "colour"}, "by must be one of"), ({"since": "soon"}, "ISO 8601"),
                                       ({"manual_delay": "-1"}, "seconds >= 0"), ({"x": "1"}, "unknown query")):
                     status, body, _ = await c.get("/api/v1/goodput", **params)
