@@ -280,7 +280,8 @@ def _row(group: _Group, by: str) -> dict[str, Any]:
         "decision_seconds": _round(sum(f.decision_s for f in fs)),
         "action_seconds": _round(sum(f.action_s for f in fs)),
         "requeue_wait_seconds": _round(sum(f.requeue_wait_s for f in fs)),
-        "goodput": _round(group.productive / (group.productive + lost)) if group.productive + lost > 0 else None,
+        "goodput": (_round(group.productive / (group.productive + lost))
+                    if by != "category" and group.productive + lost > 0 else None),
         "mttr_seconds": _round(statistics.fmean(repairs)) if repairs else None,
         "mtbf_seconds": _round(group.uptime / len(fs)) if fs and group.attempts else None,
         "estimated_failures": len(estimated),

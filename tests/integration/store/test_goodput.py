@@ -156,6 +156,8 @@ async def test_rows_per_workload_category_node_and_policy(db_url: str) -> None:
     stalled = per_category["progress_stalled"]
     assert (stalled["workload"], sorted(stalled["workloads"]), stalled["lost_seconds"]) == ("*", [STALL, HANG], 761)
     assert (stalled["detection_seconds"], stalled["requeue_wait_seconds"]) == (180, 329)
+    assert (stalled["attempts"], stalled["goodput"], stalled["mtbf_seconds"], stalled["mttr_seconds"]) == (
+        0, None, None, (360 + 151) / 2)
 
     per_node = by_key(goodput.rows(found, by="node"), "node")
     assert per_node["n2"]["lost_seconds"] == 180 + 201  # both suspects named n2
