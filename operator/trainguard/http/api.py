@@ -618,9 +618,9 @@ async def goodput_report(request: web.Request) -> web.Response:
         job_timeout_s=_seconds_param(params, "job_timeout", goodput.DEFAULT_JOB_TIMEOUT_S),
         manual_delay_s=_seconds_param(params, "manual_delay", goodput.DEFAULT_MANUAL_DELAY_S))
     facts = await goodput_facts.attempt_facts(state.store().sql_engine, since=_time(params, "since"))
-    accounts = goodput.account(facts, now=time.time(), assume=assume)
+    accounts = await asyncio.to_thread(goodput.account, facts, now=time.time(), assume=assume)  # off the loop
     items = []
-    for row in goodput.rows(accounts, by=by):
+    for row in await asyncio.to_thread(goodput.rows, accounts, by=by):
         group = str(row[by] if by == "workload" else row.pop(by))
         items.append(models.GoodputRow(group=group, **row))
     failures = sorted((a.failure for a in accounts if a.failure is not None), key=lambda f: f.onset_at)

@@ -374,7 +374,9 @@ class GoodputCollector(Collector):
             if self._at is not None and now - self._at < self.refresh_s:
                 return
             facts = await facts_mod.attempt_facts(engine)
-            self.update(account(facts, now=now), facts)
+            # ~1 s of pure Python per 10,000 workloads: off the event loop the engine's timers share
+            accounts = await asyncio.to_thread(account, facts, now=now)
+            self.update(accounts, facts)
             self._at = now
 
 

@@ -60,14 +60,21 @@ def _checkpoint(value: Any) -> float | None:
     return value.timestamp() if isinstance(value, datetime.datetime) else None
 
 
-def _onset(payload: dict[str, Any], recorded: float) -> float:
-    """The first anomaly's initiating time: ``first_seen_at``, else its earliest evidence line, else
-    the time it was recorded (then detection delay reads 0, which the docs say)."""
-    first = payload.get("first_seen_at")
-    if isinstance(first, int | float):
-        return float(first)
-    times = [float(e["at"]) for e in payload.get("evidence") or [] if isinstance(e.get("at"), int | float)]
-    return min(times) if times else recorded
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    return tuple(str(n) for n in value) if isinstance(value, list) else ()
+
+
+def _picked(table: Any, pick: Any, chunk: list[str], *columns: Any, where: tuple[Any, ...] = ()) -> sa.Select[Any]:
+    """One row per (workload, attempt) of ``table`` for the workloads of ``chunk``: the row whose id is
+    ``pick`` (min: the first, max: the latest), with only ``columns`` (JSON fields are extracted by the
+    database, so large payloads such as evidence lines are never transferred)."""
+    ids = (sa.select(pick(table.id)).where(table.workload.in_(chunk), *where)
+           .group_by(table.workload, table.attempt))
+    return sa.select(table.workload, table.attempt, *columns).where(table.id.in_(ids))
 
 
 async def attempt_facts(engine: AsyncEngine, *, since: datetime.datetime | None = None) -> list[AttemptFacts]:
@@ -75,6 +82,7 @@ async def attempt_facts(engine: AsyncEngine, *, since: datetime.datetime | None 
     ordered by workload and attempt number."""
     sessions = async_sessionmaker(engine, expire_on_commit=False)
     a, w = tables.Attempt, tables.Workload
+    an, v, ad, ac = tables.AnomalyRow, tables.VerdictRow, tables.AdviceRow, tables.ActionRow
     async with engine.connect() as conn:
         migrated = await conn.run_sync(
             lambda sync: "last_checkpoint_at" in {c["name"] for c in sa.inspect(sync).get_columns("attempts")})
@@ -85,46 +93,44 @@ async def attempt_facts(engine: AsyncEngine, *, since: datetime.datetime | None 
     if since is not None:
         query = query.where(sa.or_(a.ended_at.is_(None), a.ended_at >= since))
     query = query.order_by(a.workload, a.attempt)
+    Key = tuple[str, int]
     async with sessions() as session:
         rows = (await session.execute(query)).all()
         names = sorted({row.workload for row in rows})
-        anomalies: dict[tuple[str, int], tables.AnomalyRow] = {}
-        verdicts: dict[tuple[str, int], tables.VerdictRow] = {}
-        advice: dict[tuple[str, int], tables.AdviceRow] = {}
-        requeues: dict[tuple[str, int], tables.ActionRow] = {}
+        anomalies: dict[Key, Any] = {}
+        verdicts: dict[Key, Any] = {}
+        advice: dict[Key, Any] = {}
+        requeues: dict[Key, Any] = {}
         for chunk in (names[i:i + 500] for i in range(0, len(names), 500)):
-            for an in (await session.execute(sa.select(tables.AnomalyRow).where(tables.AnomalyRow.workload.in_(chunk))
-                                             .order_by(tables.AnomalyRow.id))).scalars():
-                anomalies.setdefault((an.workload, an.attempt), an)
-            for v in (await session.execute(sa.select(tables.VerdictRow).where(tables.VerdictRow.workload.in_(chunk))
-                                            .order_by(tables.VerdictRow.id))).scalars():
-                verdicts[(v.workload, v.attempt)] = v  # the latest wins
-            for ad in (await session.execute(sa.select(tables.AdviceRow).where(tables.AdviceRow.workload.in_(chunk))
-                                             .order_by(tables.AdviceRow.id))).scalars():
-                advice.setdefault((ad.workload, ad.attempt), ad)
-            query_actions = (sa.select(tables.ActionRow)
-                             .where(tables.ActionRow.workload.in_(chunk),
-                                    tables.ActionRow.operation.in_(REQUEUE_OPERATIONS),
-                                    tables.ActionRow.status == "done")
-                             .order_by(tables.ActionRow.id))
-            for act in (await session.execute(query_actions)).scalars():
-                requeues.setdefault((act.workload, act.attempt), act)
+            found = await session.execute(_picked(
+                an, sa.func.min, chunk, an.symptom, an.category, an.at,
+                an.payload["first_seen_at"].label("first_seen_at"), an.payload["suspect_nodes"].label("suspects")))
+            anomalies.update({(r.workload, r.attempt): r for r in found})
+            found = await session.execute(_picked(v, sa.func.max, chunk, v.category,
+                                                  v.payload["suspect_nodes"].label("suspects")))
+            verdicts.update({(r.workload, r.attempt): r for r in found})
+            found = await session.execute(_picked(ad, sa.func.min, chunk, ad.created_at, ad.action, ad.mode))
+            advice.update({(r.workload, r.attempt): r for r in found})
+            found = await session.execute(_picked(ac, sa.func.min, chunk, ac.created_at, where=(
+                ac.operation.in_(REQUEUE_OPERATIONS), ac.status == "done")))
+            requeues.update({(r.workload, r.attempt): r for r in found})
     facts = []
     for row in rows:
         key = (row.workload, row.attempt)
         first, verdict, given, requeue = anomalies.get(key), verdicts.get(key), advice.get(key), requeues.get(key)
         detected = _epoch(first.at) if first is not None else None
+        onset = _float(first.first_seen_at) if first is not None else None
         facts.append(AttemptFacts(
             workload=row.workload, policy=str(row.policy or ""), attempt=row.attempt, state=row.state,
             started_at=_epoch(row.started_at), ended_at=_epoch(row.ended_at),
-            nodes=tuple(str(n) for n in row.nodes or []), last_checkpoint_at=_checkpoint(row.last_checkpoint_at),
+            nodes=_names(row.nodes), last_checkpoint_at=_checkpoint(row.last_checkpoint_at),
             anomaly_symptom=first.symptom if first is not None else None,
             anomaly_category=first.category if first is not None else None,
-            onset_at=_onset(first.payload or {}, detected) if first is not None and detected is not None else None,
+            onset_at=(onset if onset is not None else detected) if first is not None else None,
             detected_at=detected,
-            anomaly_nodes=tuple(str(n) for n in (first.payload or {}).get("suspect_nodes") or []) if first else (),
+            anomaly_nodes=_names(first.suspects) if first is not None else (),
             verdict_category=verdict.category if verdict is not None else None,
-            verdict_nodes=tuple(str(n) for n in (verdict.payload or {}).get("suspect_nodes") or []) if verdict else (),
+            verdict_nodes=_names(verdict.suspects) if verdict is not None else (),
             advised_at=_epoch(given.created_at) if given is not None else None,
             advice_action=given.action if given is not None else None,
             advice_mode=given.mode if given is not None else None,
