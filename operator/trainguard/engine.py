@@ -680,7 +680,7 @@ class Engine:
             attempt = rt.detector_attempt if rt.detector_attempt >= 0 else rt.job.attempt
             rt.history = ledger.record_checkpoint(rt.history, attempt, line.received_at)
             await self.store.record_attempt(workload=rt.workload, attempt=attempt, at=line.received_at,
-                                            checkpoint_saved=True)
+                                            checkpoint_saved=True, checkpoint_at=line.received_at)
         if rt.detector is not None:
             for anomaly in rt.detector.feed(line):
                 await self._handle(rt, anomaly)

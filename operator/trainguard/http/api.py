@@ -35,7 +35,9 @@ from trainguard.act import undrain
 from trainguard.http import app as http_app
 from trainguard.http import auth, login, models, openapi, sse
 from trainguard.model import actions, vocab
+from trainguard.observe import goodput
 from trainguard.store import audit, queries
+from trainguard.store import goodput as goodput_facts
 
 if TYPE_CHECKING:
     from trainguard import engine as engine_mod
@@ -585,6 +587,52 @@ async def undo_drain(request: web.Request) -> web.Response:
     return _json(models.MutationResult(ok=True, message=message, audit=audit_item(record)))
 
 
+# ---------------------------------------------------------------- goodput
+
+
+_GOODPUT_FAILURES: Final = 2000
+"""Failures listed in one goodput answer (the most recent): enough for the console's plot."""
+
+
+def _seconds_param(params: Mapping[str, str], key: str, default: float) -> float:
+    text = params.get(key)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ApiError(400, f"{key} must be a number of seconds, got {text[:60]!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise ApiError(400, f"{key} must be a finite number of seconds >= 0, got {text[:60]!r}")
+    return value
+
+
+async def goodput_report(request: web.Request) -> web.Response:
+    """``trainguard goodput`` over HTTP: rows per group plus the recent failures by cause."""
+    state = request.app[STATE]
+    params = _params(request, ("since", "by", "job_timeout", "manual_delay"))
+    by = params.get("by", "workload")
+    if by not in goodput.GROUPINGS:
+        raise ApiError(400, f"by must be one of {', '.join(goodput.GROUPINGS)}, got {by[:60]!r}")
+    assume = goodput.Assumptions(
+        job_timeout_s=_seconds_param(params, "job_timeout", goodput.DEFAULT_JOB_TIMEOUT_S),
+        manual_delay_s=_seconds_param(params, "manual_delay", goodput.DEFAULT_MANUAL_DELAY_S))
+    facts = await goodput_facts.attempt_facts(state.store().sql_engine, since=_time(params, "since"))
+    accounts = await asyncio.to_thread(goodput.account, facts, now=time.time(), assume=assume)  # off the loop
+    items = []
+    for row in await asyncio.to_thread(goodput.rows, accounts, by=by):
+        group = str(row[by] if by == "workload" else row.pop(by))
+        items.append(models.GoodputRow(group=group, **row))
+    failures = sorted((a.failure for a in accounts if a.failure is not None), key=lambda f: f.onset_at)
+    shown = []
+    for f in failures[-_GOODPUT_FAILURES:]:
+        fields = goodput.failure_json(f)
+        fields["onset"] = _iso(fields.pop("onset_at"))
+        shown.append(models.GoodputFailure.model_validate(fields))
+    return _json(models.GoodputReport(by=by, items=items, failures=shown, job_timeout_seconds=assume.job_timeout_s,
+                                      manual_delay_seconds=assume.manual_delay_s))
+
+
 # ---------------------------------------------------------------- health, identity, live stream
 
 
@@ -724,6 +772,7 @@ ROUTES: Final = (
     ("POST", "/policies/{name}/mode", set_policy_mode),
     ("GET", "/nodes", list_nodes),
     ("POST", "/nodes/{node}/undo-drain", undo_drain),
+    ("GET", "/goodput", goodput_report),
     ("GET", "/health", engine_health),
     ("GET", "/events", events),
     ("GET", "/scorecard", get_scorecard),
@@ -741,6 +790,14 @@ def install(app: web.Application, state: State, tokens: auth.TokenBook | None,
     app.on_response_prepare.append(auth.security_headers)
     for method, path, handler in ROUTES:
         app.router.add_route(method, PREFIX + path, handler)
+    lost = goodput.collector_on(state.health.metrics.registry)
+
+    async def refresh_goodput() -> None:
+        store = state.backend.store
+        if store is not None:
+            await lost.refresh(store.sql_engine, now=time.time())
+
+    app.setdefault(http_app.BEFORE_SCRAPE, []).append(refresh_goodput)
 
     async def close_hub(_: web.Application) -> None:
         await state.hub.close()  # ends every open stream, so shutdown does not wait for them

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
 from aiohttp import web
@@ -36,6 +36,9 @@ OFF: Final = "off"
 
 HEALTH: Final = web.AppKey("health", health_mod.Health)
 REGISTRIES: Final = web.AppKey("registries", list[CollectorRegistry])
+BEFORE_SCRAPE: Final = web.AppKey("before_scrape", list[Callable[[], Awaitable[None]]])
+"""Awaited before ``/metrics`` renders (e.g. the goodput accounting's refresh); an error is logged
+and the metrics are served as they were: a scrape must not fail for one stale family."""
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
@@ -70,6 +73,11 @@ async def _readyz(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
+    for refresh in request.app.get(BEFORE_SCRAPE, []):
+        try:
+            await refresh()
+        except Exception:
+            logger.exception("refreshing metrics before a scrape failed; serving the previous values")
     text = b"".join(generate_latest(registry) for registry in request.app[REGISTRIES])
     response = web.Response(body=text)
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST

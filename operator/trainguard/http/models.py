@@ -236,9 +236,66 @@ class Scorecard(_Model):
     summaries: list[ScorecardSummary]
 
 
+class GoodputRow(_Model):
+    """One group of ``trainguard goodput --format json`` (docs/goodput.md); ``group`` is the value of
+    the grouping (the workload id, the category, the node or the policy)."""
+
+    workload: str = Field(description="the workload id when grouped by workload, else '*'")
+    group: str
+    workloads: list[str]
+    attempts: int
+    failures: int
+    productive_seconds: float
+    lost_seconds: float
+    work_lost_seconds: float
+    detection_seconds: float
+    decision_seconds: float
+    action_seconds: float
+    requeue_wait_seconds: float
+    goodput: float | None
+    mttr_seconds: float | None
+    mtbf_seconds: float | None
+    estimated_failures: int
+    baseline_lost_seconds: float | None = Field(description="estimated loss without Trainguard; null: no honest "
+                                                "estimate (see estimate)")
+    saved_seconds: float | None
+    estimate: list[str] = Field(description="bases of the estimate: job_exit, job_timeout, none")
+
+
+class GoodputFailure(_Model):
+    """One failed attempt's lost time by cause (the console's plot over time)."""
+
+    workload: str
+    attempt: int
+    policy: str
+    category: str
+    symptom: str
+    nodes: list[str]
+    onset: str = Field(description="UTC ISO 8601: when the failure began")
+    lost_seconds: float
+    work_lost_seconds: float
+    detection_seconds: float
+    decision_seconds: float
+    action_seconds: float
+    requeue_wait_seconds: float
+    recovered: bool
+    requeued_by: Literal["trainguard", "other", "none"]
+    checkpoint_basis: Literal["checkpoint_line", "attempt_start"]
+    baseline_lost_seconds: float | None
+    estimate: Literal["job_exit", "job_timeout", "none"]
+
+
+class GoodputReport(_Model):
+    by: Literal["workload", "category", "node", "policy"]
+    items: list[GoodputRow]
+    failures: list[GoodputFailure] = Field(description="the most recent failures (at most 2,000), oldest first")
+    job_timeout_seconds: float
+    manual_delay_seconds: float
+
+
 MODELS: tuple[type[BaseModel], ...] = (
     Error, WorkloadItem, WorkloadPage, AuditItem, AuditPage, Evidence, TimelineStep, AttemptView, WorkloadDetail,
     PolicyItem, PolicyList, NodeIncident, NodeAction, NodeItem, NodeList, EngineHealth, ModeChange, Acknowledge,
-    MutationResult, WhoAmI, ScorecardRow, ScorecardSummary, Scorecard,
+    MutationResult, WhoAmI, ScorecardRow, ScorecardSummary, Scorecard, GoodputRow, GoodputFailure, GoodputReport,
 )
 """Every model the document's components hold."""

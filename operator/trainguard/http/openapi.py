@@ -103,6 +103,14 @@ def document() -> dict[str, Any]:
             _query("since", "ISO 8601 (default: 30 days ago)", {"type": "string", "format": "date-time"})]),
         "/api/v1/nodes/{node}/undo-drain": _post(None, "resume a node we drained (never another's drain)", [
             _path("node", "node name")]),
+        "/api/v1/goodput": _get(models.GoodputReport, "goodput: productive and lost time by cause (docs/goodput.md)", [
+            _query("since", "ISO 8601: attempts running at or started after it",
+                   {"type": "string", "format": "date-time"}),
+            _query("by", "workload (default), category, node or policy"),
+            _query("job_timeout", "the job's own hang timeout assumed without Trainguard, seconds (default 600)",
+                   {"type": "number", "minimum": 0}),
+            _query("manual_delay", "assumed manual requeue delay without Trainguard, seconds (default 1800)",
+                   {"type": "number", "minimum": 0})]),
         "/api/v1/health": _get(models.EngineHealth, "engine health: scheduler/store reachability, loop lag, leader"),
         "/api/v1/whoami": _get(models.WhoAmI, "the caller's identity and role"),
         "/api/v1/scorecard": _get(models.Scorecard, "Monitor-mode advice scored by what happened next, per-policy "

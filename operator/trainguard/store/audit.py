@@ -342,9 +342,11 @@ class AuditStore:
     async def record_attempt(
         self, *, workload: str, attempt: int, at: float, started_at: float | None = None,
         ended_at: float | None = None, checkpoint_saved: bool | None = None, state: str | None = None,
-        nodes: Sequence[str] | None = None,
+        nodes: Sequence[str] | None = None, checkpoint_at: float | None = None,
     ) -> None:
         """Create or update one attempt; fields left None keep their stored value.
+
+        ``checkpoint_at`` (a checkpoint line's time) moves ``last_checkpoint_at`` forward only.
 
         ``nodes`` (where the scheduler placed the attempt) is merged into what is stored, never
         replaced: a node the attempt ran on stays part of the workload's allocation.
@@ -366,6 +368,9 @@ class AuditStore:
                 row.checkpoint_saved = checkpoint_saved
             if state is not None:
                 row.state = state
+            if checkpoint_at is not None and (row.last_checkpoint_at is None
+                                              or to_datetime(checkpoint_at) > row.last_checkpoint_at):
+                row.last_checkpoint_at = to_datetime(checkpoint_at)
             if nodes:
                 row.nodes = list(dict.fromkeys([*(row.nodes or []), *nodes]))
 

@@ -117,6 +117,9 @@ class Attempt(Base):
     """The nodes the scheduler placed this attempt on (migration 0004); None before it was seen
     running. Their union over a workload's attempts is the only set of nodes Trainguard may name
     as suspects, exclude, drain or remember in node history."""
+    last_checkpoint_at: orm.Mapped[datetime.datetime | None]
+    """When the attempt's latest checkpoint line was read (migration 0009); None: no checkpoint seen.
+    Goodput accounting counts the work between it and a failure as lost."""
 
 
 class AnomalyRow(Base):

@@ -11,8 +11,9 @@ import * as audit from "./pages/audit.js";
 import * as nodes from "./pages/nodes.js";
 import * as policies from "./pages/policies.js";
 import * as scorecard from "./pages/scorecard.js";
+import * as goodput from "./pages/goodput.js";
 
-const PAGES = { overview, workloads, workload, audit, nodes, policies, scorecard };
+const PAGES = { overview, workloads, workload, audit, nodes, policies, scorecard, goodput };
 
 /** What every page gets: who the user is, and a way to hear live events. */
 export const session = {

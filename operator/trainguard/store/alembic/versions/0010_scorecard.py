@@ -5,7 +5,7 @@ reason), written by the engine's scorecard watch (``observe/scorecard_watch.py``
 each Monitor-mode advice; ``trainguard scorecard`` reads them beside the scheduler's current view.
 
 Revision ID: 0010
-Revises: 0007
+Revises: 0009
 Create Date: 2026-12-01
 """
 
@@ -16,7 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0010"
-down_revision = "0007"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
