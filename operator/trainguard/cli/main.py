@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import trainguard
 
-SUBCOMMANDS = ("detect", "scan", "patterns", "policy", "run", "audit", "operator", "doctor")
+SUBCOMMANDS = ("detect", "scan", "patterns", "policy", "run", "audit", "backtest", "operator", "doctor")
 """Modules under ``trainguard.cli`` that register a sub-command, in ``--help`` order."""
 
 

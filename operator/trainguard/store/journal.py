@@ -1,0 +1,109 @@
+"""The signal journal's table: append, read back in order, and keep it bounded.
+
+Place: ``store/``, beside the audit repository and over the same database engine. The rows are
+written by ``journal.recorder`` (the engine's recorder) and read by the replay and the backtest.
+Payloads are plain JSON here; ``journal.entries`` gives them their types.
+
+Bounds, so the journal never grows without limit:
+- retention: rows older than ``retention_s`` are deleted (checked at most every ``PRUNE_EVERY_S``
+  of the writer's clock);
+- a cap of ``max_bytes`` payload characters per workload: when a write passes it, the oldest rows
+  of the *cheap* kinds (``KEPT_LAST`` excluded: scheduler snapshots and checkpoints) go first,
+  then, if that is not enough, the oldest decision rows. A decision keeps its own inputs inside
+  its row, so dropping one row never makes another unreplayable.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from trainguard.store import tables
+
+PRUNE_EVERY_S = 3600.0
+KEPT_LAST = frozenset({"verdict", "advice"})
+"""Kinds dropped only after every other kind of the workload is gone (they are what replay needs)."""
+
+
+class JournalRow(BaseModel):
+    """One stored journal entry, plain values."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    workload: str
+    attempt: int
+    kind: str
+    at: float
+    payload: dict[str, Any]
+
+
+class JournalStore:
+    """The ``signal_journal`` table of one database (opened by ``store.database``)."""
+
+    def __init__(self, engine: AsyncEngine, *, retention_s: float, max_bytes: int) -> None:
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self.retention_s = retention_s
+        self.max_bytes = max_bytes
+        self._pruned_at: float | None = None
+
+    async def append(self, *, workload: str, attempt: int, kind: str, at: float, payload: dict[str, Any]) -> None:
+        """Store one entry; then enforce the workload's cap (and, now and then, the retention)."""
+        size = len(json.dumps(payload, separators=(",", ":")))
+        async with self._sessions() as session, session.begin():
+            session.add(tables.JournalRow(workload=workload, attempt=attempt, kind=kind, at=_dt(at), size=size,
+                                          payload=payload))
+            await session.flush()
+            await self._cap(session, workload)
+            if self._pruned_at is None or at - self._pruned_at >= PRUNE_EVERY_S:
+                self._pruned_at = at
+                expired = tables.JournalRow.at < _dt(at - self.retention_s)
+                await session.execute(sa.delete(tables.JournalRow).where(expired))
+
+    async def _cap(self, session: AsyncSession, workload: str) -> None:
+        row = tables.JournalRow
+        total = (await session.execute(sa.select(sa.func.coalesce(sa.func.sum(row.size), 0))
+                                       .where(row.workload == workload))).scalar_one()
+        if total <= self.max_bytes:
+            return
+        rows = (await session.execute(sa.select(row.id, row.kind, row.size).where(row.workload == workload)
+                                      .order_by(row.id))).all()
+        ordered = [r for r in rows if r.kind not in KEPT_LAST] + [r for r in rows if r.kind in KEPT_LAST]
+        drop: list[int] = []
+        for r in ordered[:-1]:  # never the entry just written
+            if total <= self.max_bytes:
+                break
+            drop.append(r.id)
+            total -= r.size
+        if drop:
+            await session.execute(sa.delete(row).where(row.id.in_(drop)))
+
+    async def read(
+        self, *, workload: str | None = None, since: float | None = None, until: float | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[JournalRow]:
+        """Entries in the order they were written (by id), filtered."""
+        row = tables.JournalRow
+        query = sa.select(row).order_by(row.id)
+        if workload is not None:
+            query = query.where(row.workload == workload)
+        if since is not None:
+            query = query.where(row.at >= _dt(since))
+        if until is not None:
+            query = query.where(row.at <= _dt(until))
+        if kinds:
+            query = query.where(row.kind.in_(list(kinds)))
+        async with self._sessions() as session:
+            found = (await session.execute(query)).scalars().all()
+            return [JournalRow(id=r.id, workload=r.workload, attempt=r.attempt, kind=r.kind, at=r.at.timestamp(),
+                               payload=r.payload) for r in found]
+
+
+def _dt(epoch: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
