@@ -18,6 +18,7 @@ Limits of a backtest, stated in every summary's ``notes``:
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,13 +71,16 @@ def run(advice_entries: Iterable[entries.AdviceEntry], policies: loader.PolicySe
     """Rows (each changed decision, or every one with ``every``) and the summary object."""
     rows: list[Row] = []
     totals = _Totals()
-    recent: list[tuple[float, str]] = []
+    recent: collections.deque[tuple[float, str]] = collections.deque()
+    """Operations the new policy carried out in the last hour (older ones leave: decisions come in time order)."""
     changed_workloads: set[str] = set()
     for entry in sorted(advice_entries, key=lambda e: e.at):
         old = entry.advice
         totals.decisions += 1
         totals.workloads.add(old.workload)
         spec, name, why = _effective(policies, entry)
+        while recent and recent[0][0] <= entry.at - blast_radius.WINDOW_S:
+            recent.popleft()
         blocked = ""
         if spec is None:
             totals.not_covered += 1
@@ -141,5 +145,5 @@ def _stop_vs_retry(old: vocab.AdviceAction, new: vocab.AdviceAction) -> str | No
 async def load(store: journal_store.JournalStore, *, workload: str | None = None, since: float | None = None,
                until: float | None = None) -> list[entries.AdviceEntry]:
     """The recorded decisions to replay, oldest first."""
-    rows = await store.read(workload=workload, since=since, until=until, kinds=[entries.ADVICE])
-    return [entries.AdviceEntry.model_validate(r.payload) for r in rows]
+    texts = await store.read_json(kind=entries.ADVICE, workload=workload, since=since, until=until)
+    return [entries.AdviceEntry.model_validate_json(text) for text in texts]

@@ -84,6 +84,22 @@ class JournalStore:
         if drop:
             await session.execute(sa.delete(row).where(row.id.in_(drop)))
 
+    async def read_json(
+        self, *, kind: str, workload: str | None = None, since: float | None = None, until: float | None = None,
+    ) -> list[str]:
+        """The payloads of one kind as JSON text, in the order written: for bulk readers (the backtest),
+        which parse them straight into their models, faster than through Python objects."""
+        row = tables.JournalRow
+        query = sa.select(sa.cast(row.payload, sa.Text)).where(row.kind == kind).order_by(row.id)
+        if workload is not None:
+            query = query.where(row.workload == workload)
+        if since is not None:
+            query = query.where(row.at >= _dt(since))
+        if until is not None:
+            query = query.where(row.at <= _dt(until))
+        async with self._sessions() as session:
+            return [text for text in (await session.execute(query)).scalars().all() if text]
+
     async def read(
         self, *, workload: str | None = None, since: float | None = None, until: float | None = None,
         kinds: Sequence[str] | None = None,

@@ -3,6 +3,8 @@ order with exact payloads, and bounded (retention, per-workload cap: cheap kinds
 
 from __future__ import annotations
 
+import json
+
 from trainguard.store import database
 from trainguard.store import journal as journal_store
 
@@ -27,6 +29,8 @@ async def test_entries_round_trip_in_order_and_filter_by_workload_time_and_kind(
         assert [r.kind for r in await journal.read(workload=W)] == ["snapshot", "advice"]
         assert [r.kind for r in await journal.read(since=T0 + 1, until=T0 + 1.6)] == ["advice"]
         assert [r.kind for r in await journal.read(kinds=["verdict"])] == ["verdict"]
+        [text] = await journal.read_json(kind="advice", workload=W, since=T0 + 1)
+        assert json.loads(text) == {"at": T0 + 1.5, "nested": {"nodes": ["n1", "n2"], "x": 0.1}}
     finally:
         await store.close()
 
