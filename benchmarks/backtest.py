@@ -29,25 +29,18 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from trainguard.attribute import lemon
-from trainguard.journal import backtest, entries, replay
-from trainguard.model import advice as advice_model
-from trainguard.model import anomalies, verdicts, vocab, workloads
-from trainguard.model import evidence as evidence_model
-from trainguard.policy import ledger, loader
+from trainguard.journal import backtest, entries
+from trainguard.policy import loader
 from trainguard.store import database, tables
 from trainguard.store import journal as journal_store
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support import journal_replay  # noqa: E402  (the repository root must be importable first)
+
 TARGET_S = 60.0
-T0 = 1_800_000_000.0
-BASE = """
-apiVersion: trainguard.dev/v1alpha1
-kind: RecoveryPolicy
-metadata: {name: train}
-spec:
-  mode: Action
-  retries: {maxRetries: 3}
-"""
 CHANGED = """
 apiVersion: trainguard.dev/v1alpha1
 kind: RecoveryPolicy
@@ -58,72 +51,15 @@ spec:
   exclusion: {lemonNodeThreshold: 2}
   blastRadius: {maxActionsPerHour: 40}
 """
-KINDS = [
-    (vocab.Category.GPU_FALLEN_OFF_BUS, "gpu.xid_79", "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
-     vocab.Attribution.HARDWARE),
-    (vocab.Category.PYTHON_EXCEPTION, "python.traceback", "ValueError: bad batch", vocab.Attribution.APPLICATION),
-    (vocab.Category.OOM_GPU, "oom.cuda_out_of_memory", "torch.OutOfMemoryError: CUDA out of memory.",
-     vocab.Attribution.APPLICATION),
-    (vocab.Category.NCCL_TIMEOUT, "nccl.watchdog_timeout", "Watchdog caught collective operation timeout",
-     vocab.Attribution.UNKNOWN),
-]
-
-
-def _entry(index: int, policies: loader.PolicySet) -> entries.AdviceEntry:
-    workload = f"slurm/bench/{index}"
-    at = T0 + index * 60.0  # one decision a minute: 10,000 over a week
-    nodes = [f"node{(index * 2) % 512}", f"node{(index * 2 + 1) % 512}"]
-    category, pattern, text, hint = KINDS[index % len(KINDS)]
-    attempt = index % 3
-    anomaly = anomalies.Anomaly(
-        symptom=vocab.Symptom.CRASH, category=category, attribution_hint=hint,
-        evidence=[anomalies.Evidence(line=100 + index % 50, text=f"1: {text}", pattern=pattern, at=at - 1,
-                                     node=nodes[1], rank=1, category=category, severity=vocab.Severity.FATAL)],
-        suspect_nodes=[nodes[1]], suspect_ranks=[1], first_seen_at=at - 1, detected_at=at, summary=text,
-    )
-    job = workloads.JobSnapshot(workload=workload, job_id=str(index), state=workloads.JobState.FAILED, exit_code=1,
-                                attempt=attempt, nodes=nodes, comment="trainguard policy=train", partition="debug")
-    history = ledger.WorkloadHistory(workload=workload, attempts=[
-        ledger.AttemptRecord(attempt=a, started_at=at - 600 + a, checkpoint_saved=a % 2 == 0)
-        for a in range(attempt + 1)], retries_used=attempt)
-    implications = [lemon.Implication(node=nodes[1], at=at - 3600 * k, workload=f"slurm/bench/old{k}",
-                                      category=category) for k in (1, 2)]
-    spec_policy = policies.get("train")
-    assert spec_policy is not None
-    found = evidence_model.NodeEvidence(sources=[evidence_model.SourceStatus(
-        name="slurm-nodes", state=evidence_model.SourceState.USED)])
-    placeholder = replay.attribute(entries.Attribution(
-        workload=workload, attempt=attempt, at=at, policy="train", spec=spec_policy.spec.model_dump(mode="json"),
-        anomaly=anomaly, implications=implications, allocation=nodes, job_nodes=nodes, node_evidence=found,
-        verdict=_empty_verdict()), spec_policy.spec)
-    attribution = entries.Attribution(
-        workload=workload, attempt=attempt, at=at, policy="train", spec=spec_policy.spec.model_dump(mode="json"),
-        anomaly=anomaly, implications=implications, allocation=nodes, job_nodes=nodes, node_evidence=found,
-        verdict=placeholder)
-    draft = entries.AdviceEntry(at=at, attribution=attribution, job=job, history=history, generation=1,
-                                partition_nodes=512, allocation=nodes, advice=_empty_advice(workload))
-    _verdict, recorded = replay.same_policy(draft)
-    return draft.model_copy(update={"advice": recorded})
-
-
-def _empty_verdict() -> verdicts.Verdict:
-    return verdicts.Verdict(attribution=vocab.Attribution.NONE, category=vocab.Category.NONE, confidence=1.0)
-
-
-def _empty_advice(workload: str) -> advice_model.Advice:
-    return advice_model.Advice(workload=workload, attempt=0, generation=1, action=vocab.AdviceAction.NONE,
-                         mode=vocab.Mode.MONITOR, deadline=T0)
-
-
 async def _bench(count: int, workdir: Path) -> dict[str, object]:
     url = f"sqlite+aiosqlite:///{workdir / 'backtest-bench.db'}"
     store = await database.open_store(url)
     try:
-        base = loader.parse_text(BASE, "base")
+        base = loader.parse_text(journal_replay.BASE, "base")
         started = time.perf_counter()
         rows = []
         for index in range(count):
-            entry = _entry(index, base)
+            entry = journal_replay.synthetic_entry(index, base)
             payload = entry.model_dump(mode="json")
             rows.append({"workload": entry.advice.workload, "attempt": entry.advice.attempt, "kind": entries.ADVICE,
                          "at": datetime.datetime.fromtimestamp(entry.at, tz=datetime.UTC),

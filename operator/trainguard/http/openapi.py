@@ -103,6 +103,12 @@ def document() -> dict[str, Any]:
             _query("since", "ISO 8601 (default: 30 days ago)", {"type": "string", "format": "date-time"})]),
         "/api/v1/nodes/{node}/undo-drain": _post(None, "resume a node we drained (never another's drain)", [
             _path("node", "node name")]),
+        "/api/v1/backtest": {"post": {
+            "summary": "replay the recorded decisions under a changed policy (read role; changes nothing)",
+            "parameters": [_CSRF],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(models.BacktestRequest)}}},
+            "responses": {"200": _answer(models.BacktestResult, "OK"), **_ERRORS,
+                          "403": _answer(models.Error, "missing CSRF header or cross-origin request")}}},
         "/api/v1/health": _get(models.EngineHealth, "engine health: scheduler/store reachability, loop lag, leader"),
         "/api/v1/whoami": _get(models.WhoAmI, "the caller's identity and role"),
         "/api/v1/events": {"get": {

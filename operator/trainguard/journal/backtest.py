@@ -19,6 +19,7 @@ Limits of a backtest, stated in every summary's ``notes``:
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,9 +67,16 @@ def _effective(policies: loader.PolicySet, entry: entries.AdviceEntry) -> tuple[
     return spec, route.policy or "", ""
 
 
+class TooLong(Exception):
+    """The replay passed its deadline (the API bounds its run time)."""
+
+
 def run(advice_entries: Iterable[entries.AdviceEntry], policies: loader.PolicySet, *,
-        every: bool = False) -> tuple[list[Row], Row]:
-    """Rows (each changed decision, or every one with ``every``) and the summary object."""
+        every: bool = False, deadline: float | None = None) -> tuple[list[Row], Row]:
+    """Rows (each changed decision, or every one with ``every``) and the summary object.
+
+    ``deadline`` (``time.monotonic()`` value): raise ``TooLong`` once it has passed.
+    """
     rows: list[Row] = []
     totals = _Totals()
     recent: collections.deque[tuple[float, str]] = collections.deque()
@@ -76,6 +84,8 @@ def run(advice_entries: Iterable[entries.AdviceEntry], policies: loader.PolicySe
     changed_workloads: set[str] = set()
     for entry in sorted(advice_entries, key=lambda e: e.at):
         old = entry.advice
+        if deadline is not None and totals.decisions % 200 == 0 and time.monotonic() > deadline:
+            raise TooLong(f"stopped after {totals.decisions} decisions")
         totals.decisions += 1
         totals.workloads.add(old.workload)
         spec, name, why = _effective(policies, entry)
