@@ -106,7 +106,8 @@ def document() -> dict[str, Any]:
         "/api/v1/backtest": {"post": {
             "summary": "replay the recorded decisions under a changed policy (read role; changes nothing)",
             "parameters": [_CSRF],
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(models.BacktestRequest)}}},
+            "requestBody": {"required": True,
+                            "content": {"application/json": {"schema": _ref(models.BacktestRequest)}}},
             "responses": {"200": _answer(models.BacktestResult, "OK"), **_ERRORS,
                           "403": _answer(models.Error, "missing CSRF header or cross-origin request")}}},
         "/api/v1/health": _get(models.EngineHealth, "engine health: scheduler/store reachability, loop lag, leader"),
