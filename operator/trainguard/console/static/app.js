@@ -9,8 +9,9 @@ import * as workload from "./pages/workload.js";
 import * as audit from "./pages/audit.js";
 import * as nodes from "./pages/nodes.js";
 import * as policies from "./pages/policies.js";
+import * as backtest from "./pages/backtest.js";
 
-const PAGES = { overview, workloads, workload, audit, nodes, policies };
+const PAGES = { overview, workloads, workload, audit, nodes, policies, backtest };
 
 /** What every page gets: who the user is, and a way to hear live events. */
 export const session = {
