@@ -686,6 +686,9 @@ class Engine:
         if rt.detector is not None:
             for anomaly in rt.detector.feed(line):
                 await self._handle(rt, anomaly)
+            sample = rt.detector.last_progress if rt.detector is not None else None
+            if sample is not None and self.journal.progress_due(rt.workload, rt.detector_attempt, sample):
+                await self.journal.progress(rt.workload, rt.detector_attempt, sample)
 
     # ------------------------------------------------------------------ the decision
 

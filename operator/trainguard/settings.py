@@ -41,7 +41,7 @@ class EngineSettings:
     """How long signal-journal entries (``journal/``: each decision's inputs) are kept."""
     journal_max_bytes: int = 2_000_000
     """The signal journal's cap per workload, in payload characters: past it, the oldest snapshots
-    and checkpoint samples go first, then the oldest decisions (``store.journal``)."""
+    and checkpoint/progress samples go first, then the oldest decisions (``store.journal``)."""
 
     def fingerprint(self) -> str:
         """A short stable hash of these settings, written into every audit row."""

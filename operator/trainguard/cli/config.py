@@ -125,7 +125,7 @@ class Settings(BaseSettings):
                                           "inputs, for `trainguard backtest`) keeps its entries",
                                           json_schema_extra=_flag(metavar="DAYS"))
     journal_max_bytes: int = Field(2_000_000, ge=10_000, description="signal-journal cap per workload (payload "
-                                   "characters): past it, the oldest snapshots and checkpoint samples go first, "
+                                   "characters): past it, the oldest snapshots and progress samples go first, "
                                    "then the oldest decisions", json_schema_extra=_flag(metavar="N"))
     http_listen: str = Field(DEFAULT_HTTP_LISTEN, description="HOST:PORT of /healthz, /readyz and /metrics (port 0: "
                              "any free port, logged at start-up); 'off' disables them",

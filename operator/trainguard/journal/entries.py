@@ -14,7 +14,9 @@ policy:
   allocation, the route, the clock, and the advice it produced;
 - ``snapshot``: the scheduler's snapshot of the job at each change of state, attempt or placement;
 - ``checkpoint``: a checkpoint line of the policy's ``checkpointRegex`` (thinned: one per attempt per
-  ``recorder.CHECKPOINT_EVERY_S``): the progress samples goodput and replays reason about.
+  ``recorder.CHECKPOINT_EVERY_S``);
+- ``progress``: a progress line the detector parsed (iteration, rate), thinned likewise
+  (``recorder.PROGRESS_EVERY_S``): with checkpoints, what goodput accounting reasons about.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ VERDICT = "verdict"
 ADVICE = "advice"
 SNAPSHOT = "snapshot"
 CHECKPOINT = "checkpoint"
+PROGRESS = "progress"
 
 
 class Attribution(BaseModel):
@@ -86,6 +89,13 @@ class SnapshotEntry(BaseModel):
 
     kind: Literal["snapshot"] = "snapshot"
     job: workloads.JobSnapshot
+
+
+class ProgressEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["progress"] = "progress"
+    sample: anomalies.Evidence
 
 
 class CheckpointEntry(BaseModel):

@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY_S = 60.0
 """Checkpoint samples are thinned to one per attempt per this many seconds."""
+PROGRESS_EVERY_S = 60.0
+"""Progress samples (the detector's progress lines) likewise."""
 PENDING_MAX = 4096
 """Attributions kept in memory until their decision (a deferred decision may come much later)."""
 DEFAULT_RETENTION_S = 30 * 86400.0
@@ -41,6 +43,7 @@ class Recorder:
         self.clock = clock_
         self._snapshots: dict[str, tuple[object, ...]] = {}
         self._checkpoints: dict[tuple[str, int], float] = {}
+        self._progress: dict[tuple[str, int], float] = {}
         self._pending: collections.OrderedDict[int, tuple[verdicts.Verdict, entries.Attribution]] = (
             collections.OrderedDict())
         self._failing = False
@@ -60,6 +63,19 @@ class Recorder:
             return
         self._checkpoints[(workload, attempt)] = at
         await self._write(workload, attempt, entries.CHECKPOINT, at, entries.CheckpointEntry(at=at))
+
+    def progress_due(self, workload: str, attempt: int, sample: anomalies.Evidence) -> bool:
+        """Whether ``sample`` (the detector's latest progress line) is due in the journal: the hot path
+        asks this for every line, so it is a dictionary lookup."""
+        if self.store is None or sample.at is None:
+            return False
+        last = self._progress.get((workload, attempt))
+        return last is None or sample.at - last >= PROGRESS_EVERY_S
+
+    async def progress(self, workload: str, attempt: int, sample: anomalies.Evidence) -> None:
+        at = sample.at if sample.at is not None else self.clock.now()
+        self._progress[(workload, attempt)] = at
+        await self._write(workload, attempt, entries.PROGRESS, at, entries.ProgressEntry(sample=sample))
 
     async def attributed(
         self, *, workload: str, attempt: int, at: float, policy: str, spec: policy_model.RecoveryPolicySpec,
@@ -103,6 +119,8 @@ class Recorder:
         self._snapshots.pop(workload, None)
         for key in [k for k in self._checkpoints if k[0] == workload]:
             del self._checkpoints[key]
+        for key in [k for k in self._progress if k[0] == workload]:
+            del self._progress[key]
 
     async def _write(self, workload: str, attempt: int, kind: str, at: float, entry: BaseModel) -> None:
         if self.store is None:

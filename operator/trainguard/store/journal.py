@@ -8,7 +8,7 @@ Bounds, so the journal never grows without limit:
 - retention: rows older than ``retention_s`` are deleted (checked at most every ``PRUNE_EVERY_S``
   of the writer's clock);
 - a cap of ``max_bytes`` payload characters per workload: when a write passes it, the oldest rows
-  of the *cheap* kinds (``KEPT_LAST`` excluded: scheduler snapshots and checkpoints) go first,
+  of the *cheap* kinds (``KEPT_LAST`` excluded: scheduler snapshots, checkpoint and progress samples) go first,
   then, if that is not enough, the oldest decision rows. A decision keeps its own inputs inside
   its row, so dropping one row never makes another unreplayable.
 """

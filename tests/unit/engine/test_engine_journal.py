@@ -71,6 +71,9 @@ async def test_each_decision_is_journaled_with_its_inputs_and_replays_exactly(
     rows = await _journal(h).read(workload=scenario.workload_of("20"))
     kinds = [r.kind for r in rows]
     assert kinds[0] == entries.SNAPSHOT and entries.VERDICT in kinds and entries.ADVICE in kinds
+    # progress thinned: the two "iteration 1" lines of one round are one sample
+    [progress] = [entries.ProgressEntry.model_validate(r.payload) for r in rows if r.kind == entries.PROGRESS]
+    assert progress.sample.text.endswith("iteration 1 loss 2.3")
     [advice] = [entries.AdviceEntry.model_validate(r.payload) for r in rows if r.kind == entries.ADVICE]
     assert advice.advice.exclude_nodes == ["node2"]
     assert advice.attribution.anomaly.evidence[0].pattern  # the matched line keeps its pattern id
