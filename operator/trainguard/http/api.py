@@ -716,9 +716,7 @@ async def run_backtest(request: web.Request) -> web.Response:
     except loader.PolicyError as exc:
         raise ApiError(400, str(exc)) from None
     journal = journal_store.JournalStore(state.store().sql_engine, retention_s=0, max_bytes=0)
-    decisions = await backtest.load(journal, workload=body.workload,
-                                    since=body.since.timestamp() if body.since else None,
-                                    until=body.until.timestamp() if body.until else None)
+    decisions = await backtest.load(journal, workload=body.workload, since=_epoch(body.since), until=_epoch(body.until))
     deadline = time.monotonic() + BACKTEST_SECONDS
     try:
         rows, summary = await asyncio.to_thread(backtest.run, decisions, policies, every=body.all, deadline=deadline)
@@ -728,6 +726,13 @@ async def run_backtest(request: web.Request) -> web.Response:
     return _json(models.BacktestResult(rows=[models.BacktestRow.model_validate(r) for r in rows[:BACKTEST_ROWS]],
                                        truncated=len(rows) > BACKTEST_ROWS,
                                        summary=models.BacktestSummary.model_validate(summary)))
+
+
+def _epoch(when: datetime.datetime | None) -> float | None:
+    """An ISO time of a request body as epoch seconds (no offset means UTC, as everywhere in the API)."""
+    if when is None:
+        return None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)).timestamp()
 
 
 ROUTES: Final = (

@@ -61,10 +61,11 @@ class JournalStore:
                                           payload=payload))
             await session.flush()
             await self._cap(session, workload)
-            if self._pruned_at is None or at - self._pruned_at >= PRUNE_EVERY_S:
+            cutoff = at - self.retention_s
+            if (self._pruned_at is None or at - self._pruned_at >= PRUNE_EVERY_S) and cutoff > 0:
+                # (a retention reaching back before 1970 keeps everything: no date to compare with)
                 self._pruned_at = at
-                expired = tables.JournalRow.at < _dt(at - self.retention_s)
-                await session.execute(sa.delete(tables.JournalRow).where(expired))
+                await session.execute(sa.delete(tables.JournalRow).where(tables.JournalRow.at < _dt(cutoff)))
 
     async def _cap(self, session: AsyncSession, workload: str) -> None:
         row = tables.JournalRow

@@ -54,3 +54,13 @@ async def test_the_cap_drops_snapshots_before_decisions_and_retention_drops_old_
         assert [(r.workload, r.attempt) for r in await later.read()] == [(W, 2), ("new", 0)]
     finally:
         await store.close()
+
+
+async def test_a_retention_longer_than_the_clock_keeps_everything_instead_of_failing(db_url: str) -> None:
+    store = await database.open_store(db_url)
+    try:
+        journal = journal_store.JournalStore(store.sql_engine, retention_s=1e12, max_bytes=10**9)
+        await journal.append(workload=W, attempt=0, kind="snapshot", at=T0, payload={})
+        assert [r.kind for r in await journal.read()] == ["snapshot"]
+    finally:
+        await store.close()
