@@ -293,6 +293,7 @@ class Engine:
             if rt is not None:
                 await self._close(rt, "the scheduler no longer knows the job")
         await self._forget_settled()
+        await self.journal.flush()
 
     def _effective_spec(
         self, job: workloads.JobSnapshot, opt_in: overrides.OptIn
@@ -644,6 +645,7 @@ class Engine:
                         continue  # the silence or slowness of a run that is not running is no hang
                     await self._handle(rt, anomaly)
         await self._save_positions(runtimes)
+        await self.journal.flush()
 
     async def _drain(self, rt: WorkloadRuntime) -> None:
         await self._feed_batch(rt, await self._read(rt))

@@ -31,8 +31,8 @@ PROGRESS_EVERY_S = 60.0
 """Progress samples (the detector's progress lines) likewise."""
 PENDING_MAX = 4096
 """Attributions kept in memory until their decision (a deferred decision may come much later)."""
-DEFAULT_RETENTION_S = 30 * 86400.0
-DEFAULT_MAX_BYTES = 2_000_000
+BUFFER_MAX = 100_000
+"""Buffered snapshots and samples kept at most between two flushes."""
 
 
 class Recorder:
@@ -47,6 +47,9 @@ class Recorder:
         self._pending: collections.OrderedDict[int, tuple[verdicts.Verdict, entries.Attribution]] = (
             collections.OrderedDict())
         self._failing = False
+        self._buffer: list[journal_store.Entry] = []
+        """Snapshots and samples waiting for ``flush`` (one transaction per engine round: 10,000
+        workloads first seen in one discovery round are one write, not 10,000)."""
 
     async def snapshot(self, job: workloads.JobSnapshot) -> None:
         """The scheduler's snapshot, when its state, attempt or placement changed."""
@@ -54,15 +57,14 @@ class Recorder:
         if self._snapshots.get(job.workload) == key:
             return
         self._snapshots[job.workload] = key
-        await self._write(job.workload, job.attempt, entries.SNAPSHOT, self.clock.now(),
-                          entries.SnapshotEntry(job=job))
+        self._buffered(job.workload, job.attempt, entries.SNAPSHOT, self.clock.now(), entries.SnapshotEntry(job=job))
 
     async def checkpoint(self, workload: str, attempt: int, at: float) -> None:
         last = self._checkpoints.get((workload, attempt))
         if last is not None and at - last < CHECKPOINT_EVERY_S:
             return
         self._checkpoints[(workload, attempt)] = at
-        await self._write(workload, attempt, entries.CHECKPOINT, at, entries.CheckpointEntry(at=at))
+        self._buffered(workload, attempt, entries.CHECKPOINT, at, entries.CheckpointEntry(at=at))
 
     def progress_due(self, workload: str, attempt: int, sample: anomalies.Evidence) -> bool:
         """Whether ``sample`` (the detector's latest progress line) is due in the journal: the hot path
@@ -75,7 +77,7 @@ class Recorder:
     async def progress(self, workload: str, attempt: int, sample: anomalies.Evidence) -> None:
         at = sample.at if sample.at is not None else self.clock.now()
         self._progress[(workload, attempt)] = at
-        await self._write(workload, attempt, entries.PROGRESS, at, entries.ProgressEntry(sample=sample))
+        self._buffered(workload, attempt, entries.PROGRESS, at, entries.ProgressEntry(sample=sample))
 
     async def attributed(
         self, *, workload: str, attempt: int, at: float, policy: str, spec: policy_model.RecoveryPolicySpec,
@@ -122,12 +124,31 @@ class Recorder:
         for key in [k for k in self._progress if k[0] == workload]:
             del self._progress[key]
 
-    async def _write(self, workload: str, attempt: int, kind: str, at: float, entry: BaseModel) -> None:
+    def _buffered(self, workload: str, attempt: int, kind: str, at: float, entry: BaseModel) -> None:
         if self.store is None:
             return
+        if len(self._buffer) >= BUFFER_MAX:  # nobody flushes (a shell that runs no rounds): keep the newest
+            del self._buffer[: BUFFER_MAX // 10]
+        self._buffer.append((workload, attempt, kind, at, entry.model_dump(mode="json")))
+
+    async def flush(self) -> None:
+        """Write the buffered snapshots and samples (the engine calls it after each round)."""
+        await self._store(self._take())
+
+    def _take(self) -> list[journal_store.Entry]:
+        taken, self._buffer = self._buffer, []
+        return taken
+
+    async def _write(self, workload: str, attempt: int, kind: str, at: float, entry: BaseModel) -> None:
+        """A decision's entry: written now, after what is buffered (so the journal stays in order)."""
         payload: dict[str, Any] = entry.model_dump(mode="json")
+        await self._store([*self._take(), (workload, attempt, kind, at, payload)])
+
+    async def _store(self, items: list[journal_store.Entry]) -> None:
+        if self.store is None or not items:
+            return
         try:
-            await self.store.append(workload=workload, attempt=attempt, kind=kind, at=at, payload=payload)
+            await self.store.append_many(items)
         except Exception as exc:  # evidence only: the journal must never stop a recovery
             if not self._failing:
                 logger.warning("signal journal: cannot write (%s: %s); recovery goes on without it",

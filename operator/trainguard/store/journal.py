@@ -31,6 +31,10 @@ KEPT_LAST = frozenset({"verdict", "advice"})
 """Kinds dropped only after every other kind of the workload is gone (they are what replay needs)."""
 
 
+Entry = tuple[str, int, str, float, dict[str, Any]]
+"""(workload, attempt, kind, at, payload) of one entry to write."""
+
+
 class JournalRow(BaseModel):
     """One stored journal entry, plain values."""
 
@@ -52,38 +56,61 @@ class JournalStore:
         self.retention_s = retention_s
         self.max_bytes = max_bytes
         self._pruned_at: float | None = None
+        self._sizes: dict[str, int] | None = None
+        """Payload characters per workload, as this writer knows them (loaded once, then counted up):
+        the cap is checked against the table only when this count passes it, so a write is one insert.
+        Deletions by retention or by another writer make it an overestimate, corrected by that check."""
 
     async def append(self, *, workload: str, attempt: int, kind: str, at: float, payload: dict[str, Any]) -> None:
-        """Store one entry; then enforce the workload's cap (and, now and then, the retention)."""
-        size = len(json.dumps(payload, separators=(",", ":")))
-        async with self._sessions() as session, session.begin():
-            session.add(tables.JournalRow(workload=workload, attempt=attempt, kind=kind, at=_dt(at), size=size,
-                                          payload=payload))
-            await session.flush()
-            await self._cap(session, workload)
-            cutoff = at - self.retention_s
-            if (self._pruned_at is None or at - self._pruned_at >= PRUNE_EVERY_S) and cutoff > 0:
-                # (a retention reaching back before 1970 keeps everything: no date to compare with)
-                self._pruned_at = at
-                await session.execute(sa.delete(tables.JournalRow).where(tables.JournalRow.at < _dt(cutoff)))
+        """Store one entry (``append_many`` with one item)."""
+        await self.append_many([(workload, attempt, kind, at, payload)])
 
-    async def _cap(self, session: AsyncSession, workload: str) -> None:
-        row = tables.JournalRow
-        total = (await session.execute(sa.select(sa.func.coalesce(sa.func.sum(row.size), 0))
-                                       .where(row.workload == workload))).scalar_one()
-        if total <= self.max_bytes:
+    async def append_many(self, items: Sequence[Entry]) -> None:
+        """Store ``items`` in one transaction; then enforce the cap of each workload that passed it
+        (and, at most once per ``PRUNE_EVERY_S``, the retention)."""
+        if not items:
             return
+        row = tables.JournalRow
+        async with self._sessions() as session, session.begin():
+            if self._sizes is None:
+                totals = await session.execute(sa.select(row.workload, sa.func.sum(row.size)).group_by(row.workload))
+                self._sizes = {name: int(total or 0) for name, total in totals.all()}
+            before = (await session.execute(sa.select(sa.func.max(row.id)))).scalar_one() or 0
+            values = []
+            for workload, attempt, kind, at, payload in items:
+                size = len(json.dumps(payload, separators=(",", ":")))
+                self._sizes[workload] = self._sizes.get(workload, 0) + size
+                values.append({"workload": workload, "attempt": attempt, "kind": kind, "at": _dt(at), "size": size,
+                               "payload": payload})
+            await session.execute(sa.insert(row), values)
+            for workload in dict.fromkeys(item[0] for item in items):
+                if self._sizes[workload] > self.max_bytes:
+                    self._sizes[workload] = await self._cap(session, workload, newer_than=before)
+            newest = max(item[3] for item in items)
+            cutoff = newest - self.retention_s
+            if (self._pruned_at is None or newest - self._pruned_at >= PRUNE_EVERY_S) and cutoff > 0:
+                # (a retention reaching back before 1970 keeps everything: no date to compare with)
+                self._pruned_at = newest
+                await session.execute(sa.delete(row).where(row.at < _dt(cutoff)))
+
+    async def _cap(self, session: AsyncSession, workload: str, *, newer_than: int) -> int:
+        """Drop the workload's oldest rows, cheap kinds first, until it is within the cap; rows of this
+        write (id > ``newer_than``) stay. Returns the workload's total after."""
+        row = tables.JournalRow
         rows = (await session.execute(sa.select(row.id, row.kind, row.size).where(row.workload == workload)
                                       .order_by(row.id))).all()
-        ordered = [r for r in rows if r.kind not in KEPT_LAST] + [r for r in rows if r.kind in KEPT_LAST]
+        total = sum(int(r.size) for r in rows)
+        old = [r for r in rows if r.id <= newer_than]
+        ordered = [r for r in old if r.kind not in KEPT_LAST] + [r for r in old if r.kind in KEPT_LAST]
         drop: list[int] = []
-        for r in ordered[:-1]:  # never the entry just written
+        for r in ordered:
             if total <= self.max_bytes:
                 break
             drop.append(r.id)
             total -= r.size
         if drop:
             await session.execute(sa.delete(row).where(row.id.in_(drop)))
+        return total
 
     async def read_json(
         self, *, kind: str, workload: str | None = None, since: float | None = None, until: float | None = None,

@@ -64,3 +64,19 @@ async def test_a_retention_longer_than_the_clock_keeps_everything_instead_of_fai
         assert [r.kind for r in await journal.read()] == ["snapshot"]
     finally:
         await store.close()
+
+
+async def test_the_entry_being_written_is_never_the_one_the_cap_drops(db_url: str) -> None:
+    store = await database.open_store(db_url)
+    try:
+        journal = journal_store.JournalStore(store.sql_engine, retention_s=1e9, max_bytes=200)
+        await journal.append(workload=W, attempt=0, kind="advice", at=T0, payload={"a": "x" * 80})
+        await journal.append(workload=W, attempt=1, kind="advice", at=T0 + 1, payload={"a": "y" * 80})
+        await journal.append(workload=W, attempt=2, kind="snapshot", at=T0 + 2, payload={"s": "z" * 80})
+        # over the cap with no older cheap row: the oldest decision goes, the new snapshot stays
+        assert [(r.kind, r.attempt) for r in await journal.read()] == [("advice", 1), ("snapshot", 2)]
+        await journal.append_many([(W, 3, "snapshot", T0 + 3, {"s": "w" * 80}), (W, 3, "progress", T0 + 3, {})])
+        assert [(r.kind, r.attempt) for r in await journal.read()] == [
+            ("advice", 1), ("snapshot", 3), ("progress", 3)]
+    finally:
+        await store.close()
