@@ -41,6 +41,7 @@ from trainguard.attribute import external, lemon, rules
 from trainguard.detect import catalog as catalog_mod
 from trainguard.detect import hosts, own_actions, sanitize, stream
 from trainguard.detect import matcher as matcher_mod
+from trainguard.journal import recorder as journal_mod
 from trainguard.model import actions, advice, anomalies, clock, limits, routing, signals, verdicts, vocab, workloads
 from trainguard.model import evidence as evidence_model
 from trainguard.observe import metrics as metrics_mod
@@ -50,6 +51,7 @@ from trainguard.policy import model as policy_model
 from trainguard.schedulers import base
 from trainguard.signals import discovery, fileio, gpu_metrics, resume, sources, tailbook, tailer
 from trainguard.store import audit
+from trainguard.store import journal as journal_store
 
 logger = logging.getLogger(__name__)
 
@@ -133,8 +135,13 @@ class Engine:
         fence: act_ports.Fence = act_ports.ALWAYS_LEADER,
         log_books: sources.BookFactory = sources.file_books,
         gpu_metrics_: gpu_metrics.GpuMetrics | None = None,
+        journal: journal_mod.Recorder | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.journal = journal if journal is not None else journal_mod.Recorder(
+            journal_store.JournalStore(store.sql_engine, retention_s=settings.journal_retention_s,
+                                       max_bytes=settings.journal_max_bytes), clock_)
+        """The signal journal: each decision's inputs, for replay and backtest (``journal/``)."""
         self.gpu_metrics = gpu_metrics_
         """DCGM evidence from Prometheus/VictoriaMetrics (``--prometheus-url``); None: not configured."""
         self.health = health if health is not None else health_mod.Health()
@@ -294,6 +301,7 @@ class Engine:
             if rt is not None:
                 await self._close(rt, "the scheduler no longer knows the job")
         await self._forget_settled()
+        await self.journal.flush()
 
     def _effective_spec(
         self, job: workloads.JobSnapshot, opt_in: overrides.OptIn
@@ -549,6 +557,7 @@ class Engine:
         now = self.clock.now()
         previous = rt.job
         rt.job = job
+        await self.journal.snapshot(job)
         if job.stdout_path != previous.stdout_path or job.stderr_path != previous.stderr_path:
             rt.book.close()
             rt.book = self.log_books(rt.workload, job.job_id, self.clock, self.file_pool)
@@ -619,6 +628,7 @@ class Engine:
 
     async def _close(self, rt: WorkloadRuntime, why: str) -> None:
         rt.book.close()
+        self.journal.forget(rt.workload)
         self.discovery.forget(rt.job.job_id)
         logger.info("no longer tracking %s: %s", rt.workload, why)
 
@@ -643,6 +653,7 @@ class Engine:
                         continue  # the silence or slowness of a run that is not running is no hang
                     await self._handle(rt, anomaly)
         await self._save_positions(runtimes)
+        await self.journal.flush()
 
     async def _drain(self, rt: WorkloadRuntime) -> None:
         await self._feed_batch(rt, await self._read(rt))
@@ -681,9 +692,13 @@ class Engine:
             rt.history = ledger.record_checkpoint(rt.history, attempt, line.received_at)
             await self.store.record_attempt(workload=rt.workload, attempt=attempt, at=line.received_at,
                                             checkpoint_saved=True, checkpoint_at=line.received_at)
+            await self.journal.checkpoint(rt.workload, attempt, line.received_at)
         if rt.detector is not None:
             for anomaly in rt.detector.feed(line):
                 await self._handle(rt, anomaly)
+            sample = rt.detector.last_progress if rt.detector is not None else None
+            if sample is not None and self.journal.progress_due(rt.workload, rt.detector_attempt, sample):
+                await self.journal.progress(rt.workload, rt.detector_attempt, sample)
 
     # ------------------------------------------------------------------ the decision
 
@@ -786,14 +801,20 @@ class Engine:
         assert rt.spec is not None
         generation = rt.history.advice_generation + 1
         job = await self._fresh_job(rt)
+        now, history = self.clock.now(), rt.history
+        partition_nodes = await self._partition_nodes(job.partition)
+        own = await self.store.own_exclusions(rt.workload)
+        placed = await self._allocation(rt)
         item = decide.decide(
-            rt.spec, workload=rt.workload, attempt=attempt, anomaly=anomaly, verdict=verdict, history=rt.history,
-            job=job, generation=generation, now=self.clock.now(), policy_name=rt.policy_name,
-            partition_nodes=await self._partition_nodes(job.partition),
-            own_exclusions=await self.store.own_exclusions(rt.workload), allocation=await self._allocation(rt),
+            rt.spec, workload=rt.workload, attempt=attempt, anomaly=anomaly, verdict=verdict, history=history,
+            job=job, generation=generation, now=now, policy_name=rt.policy_name,
+            partition_nodes=partition_nodes, own_exclusions=own, allocation=placed,
         )
         if rt.route is not None:
             item = item.model_copy(update={"route": rt.route})
+        await self.journal.decided(verdict=verdict, at=now, job=job, history=history, generation=generation,
+                                   partition_nodes=partition_nodes, own_exclusions=own, allocation=sorted(placed),
+                                   route=rt.route, item=item)
         rt.history = ledger.record_advice(rt.history, attempt, generation, item.action, item.exclude_nodes)
         # An advice that asks for nothing (a recorded straggler) must not keep a later real failure
         # of the same attempt from being advised.
@@ -845,15 +866,22 @@ class Engine:
             ]
         )
         placed = await self._allocation(rt)
+        job_nodes = list(rt.job.nodes)
         verdict = rules.attribute(
             anomaly, node_history=history, lemon_rule=rule, now=now, workload=rt.workload, attempt=attempt,
-            job_nodes=rt.job.nodes, allocation=placed,
+            job_nodes=job_nodes, allocation=placed,
         )
-        verdict = node_evidence.apply(verdict, await self._node_evidence(rt, attempt, now), placed)
+        found = await self._node_evidence(rt, attempt, now)
+        verdict = node_evidence.apply(verdict, found, placed)
         service = rt.spec.attribution
         if service.url:
             verdict = await external.ExternalAttribution(service.url, service.timeout).attribute(anomaly, verdict)
-        return alloc.confine_verdict(verdict, anomaly, placed)  # an external service is held to it too
+        verdict = alloc.confine_verdict(verdict, anomaly, placed)  # an external service is held to it too
+        await self.journal.attributed(
+            workload=rt.workload, attempt=attempt, at=now, policy=rt.policy_name, spec=rt.spec, anomaly=anomaly,
+            implications=history.implications, allocation=sorted(placed), job_nodes=job_nodes,
+            node_evidence=found, external=bool(service.url), verdict=verdict)
+        return verdict
 
     async def watch_metrics(self) -> None:
         """One round of metric-based detection: a hardware fault in the GPU metrics of a node of a

@@ -37,6 +37,11 @@ class EngineSettings:
     """Seconds between two reads of the GPU metrics of running jobs (``--prometheus-url``): a
     hardware fault there is an anomaly even when the job's log is silent. 15 s is DCGM's usual
     scrape interval; reading faster sees nothing new."""
+    journal_retention_s: float = 30 * 86400.0
+    """How long signal-journal entries (``journal/``: each decision's inputs) are kept."""
+    journal_max_bytes: int = 2_000_000
+    """The signal journal's cap per workload, in payload characters: past it, the oldest snapshots
+    and checkpoint/progress samples go first, then the oldest decisions (``store.journal``)."""
 
     def fingerprint(self) -> str:
         """A short stable hash of these settings, written into every audit row."""

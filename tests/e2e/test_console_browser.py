@@ -323,3 +323,35 @@ def test_write_user_switches_a_policy(runner: tuple[harness.Trainguard, str], ch
                 if r["payload"].get("operation") == "set_policy_mode" and r["id"] not in earlier]
     assert [s["payload"]["arguments"]["to"] for s in reversed(switches)] == ["Monitor", "Action"], switches
     assert all(s["decided_by"] == "api" and s["payload"]["by"].startswith("token:") for s in switches), switches
+
+
+def test_read_only_user_backtests_a_changed_policy(runner: tuple[harness.Trainguard, str], chromium: Any,
+                                                   artifacts_dir: Path) -> None:
+    """The backtest page as a read-only user (a backtest changes nothing): paste a changed policy,
+    replay, and see the same summary and rows the API gives for it."""
+    tg, policy = runner
+    url = tg.http_url
+    changed = (f"apiVersion: trainguard.dev/v1alpha1\nkind: RecoveryPolicy\nmetadata: {{name: {policy}}}\n"
+               "spec:\n  mode: Action\n  retries: {maxRetries: 0}\n")
+    request = urllib.request.Request(
+        url + "/api/v1/backtest", data=json.dumps({"policy": changed}).encode(), method="POST",
+        headers={"Authorization": f"Bearer {READ_TOKEN}", "Content-Type": "application/json",
+                 "X-Trainguard-Request": "1"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        expected = json.load(response)
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        errors: list[str] = []
+        page = _login(context, url, READ_TOKEN, errors)
+        page.goto(url + "/#/backtest")
+        page.locator("#backtest-policy").fill(changed)
+        page.locator("#backtest-run").click()
+        summary = page.locator("#backtest-summary")
+        summary.wait_for()
+        decisions = expected["summary"]["decisions"]
+        assert f"{decisions} decisions of {expected['summary']['workloads']} workloads replayed" in summary.inner_text()
+        assert page.locator("#backtest-table tbody tr[data-workload]").count() == len(expected["rows"])
+        page.screenshot(path=str(artifacts_dir / "backtest.png"), full_page=True)
+        assert not errors, errors
+    finally:
+        context.close()

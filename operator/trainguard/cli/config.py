@@ -121,6 +121,12 @@ class Settings(BaseSettings):
                                     json_schema_extra=_flag(metavar="FILE"))
     poll: float = Field(1.0, gt=0, description="seconds between job listings",
                         json_schema_extra=_flag(metavar="SECONDS"))
+    journal_retention_days: float = Field(30.0, gt=0, le=36500, description="days the signal journal (each decision's "
+                                          "inputs, for `trainguard backtest`) keeps its entries",
+                                          json_schema_extra=_flag(metavar="DAYS"))
+    journal_max_bytes: int = Field(2_000_000, ge=10_000, description="signal-journal cap per workload (payload "
+                                   "characters): past it, the oldest snapshots and progress samples go first, "
+                                   "then the oldest decisions", json_schema_extra=_flag(metavar="N"))
     http_listen: str = Field(DEFAULT_HTTP_LISTEN, description="HOST:PORT of /healthz, /readyz and /metrics (port 0: "
                              "any free port, logged at start-up); 'off' disables them",
                              json_schema_extra=_flag(metavar="HOST:PORT"))

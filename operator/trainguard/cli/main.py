@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import trainguard
 
-SUBCOMMANDS = ("detect", "scan", "patterns", "policy", "run", "audit", "goodput", "operator", "doctor", "scorecard")
+SUBCOMMANDS = ("detect", "scan", "patterns", "policy", "run", "audit", "goodput", "backtest", "operator", "doctor",
+               "scorecard")
 """Modules under ``trainguard.cli`` that register a sub-command, in ``--help`` order."""
 
 

@@ -76,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
     except (loader.PolicyError, catalog_mod.CatalogError, OSError) as exc:
         print(f"trainguard run: {exc}", file=sys.stderr)
         return 2
-    settings = settings_mod.EngineSettings(discovery_interval_s=cfg.poll, allow_action=cfg.mode == "action")
+    settings = settings_mod.EngineSettings(discovery_interval_s=cfg.poll, allow_action=cfg.mode == "action",
+                                           journal_retention_s=cfg.journal_retention_days * 86400.0,
+                                           journal_max_bytes=cfg.journal_max_bytes)
     try:
         return asyncio.run(_main(cfg, args.once, policies, catalog, settings))
     except _Fatal as exc:

@@ -128,6 +128,8 @@ class WorkloadDetector:
         self._straggler_reported: set[str] = set()
         self._peers_checked: float | None = None
         self._ended = False
+        self.last_progress: anomalies.Evidence | None = None
+        """The latest progress line seen (the engine's signal journal samples it)."""
 
     def feed(self, line: signals.LogLine) -> list[anomalies.Anomaly]:
         """Take one clean line; returns anomalies that are due (usually none until the window settles)."""
@@ -171,6 +173,7 @@ class WorkloadDetector:
             severity=vocab.Severity.INFO,
         )
         self._hang.progress(line.received_at, item)
+        self.last_progress = item
         if self._crash.window_opened is not None and not self._has_fatal():
             self._crash.withdraw()
         if found.rate is None:

@@ -11,6 +11,7 @@ fields ``trainguard audit --format json`` prints (``store.audit.AuditRecord.to_j
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -181,6 +182,65 @@ class Acknowledge(_Model):
     note: str = Field("", max_length=1000)
 
 
+class BacktestRequest(_Model):
+    """``POST /api/v1/backtest``: replay the journal's decisions under ``policy`` (RecoveryPolicy YAML)."""
+
+    policy: str = Field(max_length=1_000_000, description="RecoveryPolicy YAML documents (the changed policy set)")
+    since: datetime.datetime | None = None
+    until: datetime.datetime | None = None
+    workload: str | None = Field(None, max_length=255)
+    all: bool = Field(False, description="every decision, not only those that differ")
+
+
+class BacktestRow(_Model):
+    """One replayed decision (the fields of ``trainguard backtest --format json``)."""
+
+    workload: str
+    attempt: int
+    generation: int
+    time: float
+    recorded: str
+    replayed: str
+    differs: bool
+    recorded_policy: str
+    replayed_policy: str
+    category: str
+    replayed_category: str
+    recorded_exclusions: list[str]
+    replayed_exclusions: list[str]
+    recorded_drains: list[str]
+    replayed_drains: list[str]
+    stop_vs_retry: str | None
+    blocked_by: str | None
+    after_change: bool
+    reasons: list[str]
+
+
+class BacktestSummary(_Model):
+    summary: bool = True
+    decisions: int
+    changed_decisions: int
+    workloads: int
+    workloads_affected: int
+    requeues_recorded: int
+    requeues_replayed: int
+    extra_requeues: int
+    removed_requeues: int
+    nodes_excluded_recorded: list[str]
+    nodes_excluded_replayed: list[str]
+    nodes_drained_recorded: list[str]
+    nodes_drained_replayed: list[str]
+    blocked_by_limits: int
+    not_covered: int
+    notes: list[str]
+
+
+class BacktestResult(_Model):
+    rows: list[BacktestRow]
+    truncated: bool = Field(description="more rows differed than the answer holds (narrow the window)")
+    summary: BacktestSummary
+
+
 class MutationResult(_Model):
     ok: bool
     message: str
@@ -297,5 +357,6 @@ MODELS: tuple[type[BaseModel], ...] = (
     Error, WorkloadItem, WorkloadPage, AuditItem, AuditPage, Evidence, TimelineStep, AttemptView, WorkloadDetail,
     PolicyItem, PolicyList, NodeIncident, NodeAction, NodeItem, NodeList, EngineHealth, ModeChange, Acknowledge,
     MutationResult, WhoAmI, ScorecardRow, ScorecardSummary, Scorecard, GoodputRow, GoodputFailure, GoodputReport,
+    BacktestRequest, BacktestRow, BacktestSummary, BacktestResult,
 )
 """Every model the document's components hold."""

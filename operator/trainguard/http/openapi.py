@@ -111,6 +111,13 @@ def document() -> dict[str, Any]:
                    {"type": "number", "minimum": 0}),
             _query("manual_delay", "assumed manual requeue delay without Trainguard, seconds (default 1800)",
                    {"type": "number", "minimum": 0})]),
+        "/api/v1/backtest": {"post": {
+            "summary": "replay the recorded decisions under a changed policy (read role; changes nothing)",
+            "parameters": [_CSRF],
+            "requestBody": {"required": True,
+                            "content": {"application/json": {"schema": _ref(models.BacktestRequest)}}},
+            "responses": {"200": _answer(models.BacktestResult, "OK"), **_ERRORS,
+                          "403": _answer(models.Error, "missing CSRF header or cross-origin request")}}},
         "/api/v1/health": _get(models.EngineHealth, "engine health: scheduler/store reachability, loop lag, leader"),
         "/api/v1/whoami": _get(models.WhoAmI, "the caller's identity and role"),
         "/api/v1/scorecard": _get(models.Scorecard, "Monitor-mode advice scored by what happened next, per-policy "

@@ -58,6 +58,16 @@ def evaluate(
     return limits.LimitReport(checks=checks, counted=counted)
 
 
+def actions_per_hour(
+    spec: model.RecoveryPolicySpec, advice: advice_model.Advice, recent_actions: Sequence[tuple[float, str]],
+    now: float,
+) -> limits.LimitCheck | None:
+    """Only the ``maxActionsPerHour`` check of ``advice`` (None: it plans no operation). For a backtest
+    that knows the operations of the past but not the cluster's node list at the time."""
+    planned = planned_operations(advice)
+    return _actions_per_hour(spec, planned, recent_actions, now) if planned else None
+
+
 def _actions_per_hour(
     spec: model.RecoveryPolicySpec, planned: int, recent_actions: Sequence[tuple[float, str]], now: float
 ) -> limits.LimitCheck:

@@ -314,3 +314,24 @@ class ScorecardSnapshotRow(Base):
     job_nodes: orm.Mapped[list[Any]]
     nodes: orm.Mapped[dict[str, Any]]
     at: orm.Mapped[datetime.datetime]
+class JournalRow(Base):
+    """One entry of the signal journal (migration 0008): what a decision was made from.
+
+    ``payload`` is a ``journal.entries`` model as JSON; ``size`` its length in characters, so the
+    per-workload cap is enforced without reading payloads back. No foreign key to ``workloads``:
+    the journal is pruned on its own schedule and must not hold up the audit tables.
+    """
+
+    __tablename__ = "signal_journal"
+    __table_args__ = (
+        sa.Index("ix_signal_journal_workload_id", "workload", "id"),
+        sa.Index("ix_signal_journal_at", "at"),
+    )
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    workload: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
+    attempt: orm.Mapped[int]
+    kind: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    at: orm.Mapped[datetime.datetime]
+    size: orm.Mapped[int] = orm.mapped_column(default=0)
+    payload: orm.Mapped[dict[str, Any]]

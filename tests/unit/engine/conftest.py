@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import fake_scheduler
+from tests.support import fake_scheduler, journal_replay
 from tests.unit.engine import scenario
 from trainguard import engine as engine_mod
 from trainguard import settings as settings_mod
@@ -71,4 +71,6 @@ async def make_harness(tmp_path: Path, catalog: catalog_mod.Catalog) -> AsyncIte
                     rt.task.cancel()
                 for t in rt.tailers:
                     t.close()
+        # The replay property over every scenario's journal: each recorded decision replays exactly.
+        await journal_replay.check(harness.store)
         await harness.store.close()

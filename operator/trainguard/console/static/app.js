@@ -12,8 +12,9 @@ import * as nodes from "./pages/nodes.js";
 import * as policies from "./pages/policies.js";
 import * as scorecard from "./pages/scorecard.js";
 import * as goodput from "./pages/goodput.js";
+import * as backtest from "./pages/backtest.js";
 
-const PAGES = { overview, workloads, workload, audit, nodes, policies, scorecard, goodput };
+const PAGES = { overview, workloads, workload, audit, nodes, policies, scorecard, goodput, backtest };
 
 /** What every page gets: who the user is, and a way to hear live events. */
 export const session = {

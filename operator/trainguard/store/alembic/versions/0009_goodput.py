@@ -6,7 +6,7 @@ that checkpoint and the failure is what a restart has to do again. Nullable: row
 this revision, and attempts without a checkpoint line, have none.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-12-01
 """
 
@@ -17,7 +17,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
