@@ -156,6 +156,32 @@ class Matcher:
             return [self._ids[i] for i in sorted(self._re2_set.Match(line) or ())]
         return [self._ids[i] for i, (rx, _) in enumerate(self._python) if rx.search(line)]
 
+    def candidate_lines(self, block: bytes) -> set[int] | None:
+        """Start offsets of the lines of ``block`` on which some pattern match ends (one scan call).
+
+        Every line that ``match`` would match alone is among them: the patterns are compiled
+        multi-line, so ``^``, ``$`` and word boundaries see a newline at either end of a line
+        as they see the ends of a lone line. A match may run across lines; the line it ends on
+        is then a candidate that ``match`` rejects. None when the engine has no block scan
+        (every line is a candidate).
+        """
+        if self.engine != "hyperscan":
+            return None
+        starts: set[int] = set()
+        last = [-1, -1]  # the last line recorded: its start and the start of the next one
+
+        def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
+            offset = end - 1 if end > 0 else 0
+            if last[0] <= offset < last[1]:
+                return  # another match on the line just recorded
+            line_start = block.rfind(b"\n", 0, offset) + 1
+            starts.add(line_start)
+            newline = block.find(b"\n", offset)
+            last[0], last[1] = line_start, newline + 1 if newline >= 0 else len(block) + 1
+
+        self._hs_chunk.scan(block, match_event_handler=on_match)
+        return starts
+
     def extract(self, pattern_id: str, line: str) -> dict[str, str]:
         """The pattern's ``extract`` fields found in ``line`` (first match of each), e.g. host, rank."""
         found: dict[str, str] = {}

@@ -48,6 +48,7 @@ without end) are not tracked, which bounds the memory of one detector."""
 MAX_SHAPE_CHARS = 200
 """Characters of a progress line read for its shape (``line_shape``)."""
 _WORD = re.compile(r"[A-Za-z][\w./-]*")
+_DIGIT_FREE = re.compile(r"[^0-9]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,10 @@ def line_shape(text: str) -> str:
     rank or host (``[rank3]:``, ``gpu-a01:41000:41000``) drop out and every rank's line of one kind
     shares a shape.
     """
-    return " ".join(word for word in _WORD.findall(text[:MAX_SHAPE_CHARS]) if not any(c.isdigit() for c in word))
+    head = text[:MAX_SHAPE_CHARS]
+    if head.isascii():  # the common case, in C: only 0-9 are digits in ASCII
+        return " ".join(filter(_DIGIT_FREE.fullmatch, _WORD.findall(head)))
+    return " ".join(word for word in _WORD.findall(head) if not any(c.isdigit() for c in word))
 
 
 class PeerComparison:
