@@ -14,12 +14,13 @@ which is what lets ``scan_file`` promise the same matched-line count as
 from __future__ import annotations
 
 import importlib.util
+import io
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from trainguard.detect import catalog as catalogs
 
@@ -204,42 +205,54 @@ class Matcher:
             return self.scan_stream(handle)
 
     def scan_stream(self, handle: BinaryIO) -> ScanStats:
-        """``scan_file`` over an open binary stream (standard input, a file already opened)."""
+        """``scan_file`` over an open binary stream (standard input, a file already opened).
+
+        The file is read into one reused buffer (no copy of the data in Python): each pass
+        scans the buffer up to its last newline, then moves the unfinished line to the front.
+        A line longer than the buffer grows it.
+        """
         started = time.perf_counter()
+        reader = cast(io.BufferedIOBase, handle)
         counts = [0] * len(self._ids)
         lines = 0
         matched = 0
-        tail = b""
-        last_byte = b""
+        buffer = bytearray(CHUNK_BYTES)
+        filled = 0
+        last_byte = -1
         while True:
-            block = handle.read(CHUNK_BYTES)
-            if not block:
-                chunk, tail = tail, b""
-            else:
-                last_byte = block[-1:]
-                cut = block.rfind(b"\n")
-                if cut < 0:
-                    tail += block
+            with memoryview(buffer) as view:
+                read = reader.readinto(view[filled:])
+            if read:
+                filled += read
+                last_byte = buffer[filled - 1]
+                # The carried-over start of a line holds no newline: look in what was just read.
+                end = buffer.rfind(b"\n", filled - read, filled) + 1
+                if not end:  # no newline yet: a line longer than the buffer
+                    if filled == len(buffer):
+                        buffer.extend(bytes(len(buffer)))
                     continue
-                chunk, tail = tail + block[: cut + 1], block[cut + 1 :]
-            if chunk:
-                lines += chunk.count(b"\n")
-                matched += self._scan_chunk(chunk, counts)
-            if not block:
+            else:
+                end = filled  # the last line, without a newline
+            if end:
+                lines += buffer.count(b"\n", 0, end)
+                matched += self._scan_chunk(buffer, end, counts)
+                buffer[: filled - end] = buffer[end:filled]
+                filled -= end
+            if not read:
                 break
-        if last_byte and last_byte != b"\n":
+        if last_byte not in (-1, 0x0A):
             lines += 1  # a last line without a newline
         patterns = {self._ids[i]: n for i, n in enumerate(counts) if n}
         return ScanStats(lines=lines, matched_lines=matched, patterns=patterns, seconds=time.perf_counter() - started)
 
-    def _scan_chunk(self, chunk: bytes, counts: list[int]) -> int:
-        """Add per-pattern line counts of ``chunk`` to ``counts``; return its matched-line count."""
+    def _scan_chunk(self, buffer: bytearray, end: int, counts: list[int]) -> int:
+        """Add per-pattern line counts of ``buffer[:end]`` (whole lines) to ``counts``; return its matched lines."""
         # Each hit is (pattern index, offset inside the line it belongs to).
         line_starts: set[int] = set()
         seen: set[tuple[int, int]] = set()
 
         def record(index: int, offset: int) -> None:
-            start = chunk.rfind(b"\n", 0, offset) + 1
+            start = buffer.rfind(b"\n", 0, offset) + 1
             key = (index, start)
             if key not in seen:
                 seen.add(key)
@@ -247,26 +260,27 @@ class Matcher:
                 line_starts.add(start)
 
         if self.engine == "hyperscan":
-            self._scan_hyperscan(chunk, record)
+            self._scan_hyperscan(buffer, end, record)
         else:
-            self._scan_regexes(chunk, record)
+            self._scan_regexes(bytes(buffer[:end]), record)
         return len(line_starts)
 
-    def _scan_hyperscan(self, chunk: bytes, record: Callable[[int, int], None]) -> None:
+    def _scan_hyperscan(self, buffer: bytearray, end: int, record: Callable[[int, int], None]) -> None:
         # A pattern can report many end offsets on one line; skip them cheaply until the
         # next newline rather than calling ``record`` for each.
         skip_until = [-1] * len(self._ids)
 
-        def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
-            if end <= skip_until[index]:
+        def on_match(index: int, start: int, stop: int, flags: int, context: object) -> None:
+            if stop <= skip_until[index]:
                 return
-            # ``end`` is one past the last matched byte; that byte is on the line we want.
-            offset = end - 1 if end > 0 else 0
-            newline = chunk.find(b"\n", offset)
-            skip_until[index] = newline if newline >= 0 else len(chunk)
+            # ``stop`` is one past the last matched byte; that byte is on the line we want.
+            offset = stop - 1 if stop > 0 else 0
+            newline = buffer.find(b"\n", offset, end)
+            skip_until[index] = newline if newline >= 0 else end
             record(index, offset)
 
-        self._hs_chunk.scan(chunk, match_event_handler=on_match)
+        with memoryview(buffer) as view, view[:end] as chunk:
+            self._hs_chunk.scan(chunk, match_event_handler=on_match)
 
     def _scan_regexes(self, chunk: bytes, record: Callable[[int, int], None]) -> None:
         compiled: list[Any] = self._re2_chunk if self.engine == "re2" else [rx for _, rx in self._python]

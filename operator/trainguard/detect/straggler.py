@@ -49,6 +49,10 @@ MAX_SHAPE_CHARS = 200
 """Characters of a progress line read for its shape (``line_shape``)."""
 _WORD = re.compile(r"[A-Za-z][\w./-]*")
 _DIGIT_FREE = re.compile(r"[^0-9]*")
+_DIGITS_AS_ZERO = str.maketrans("123456789", "000000000")
+_SHAPES: dict[str, str] = {}
+_MAX_CACHED_SHAPES = 4096
+"""Line shapes remembered by ``line_shape`` (by line head with digits as 0); cleared when full."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +168,18 @@ def line_shape(text: str) -> str:
     shares a shape.
     """
     head = text[:MAX_SHAPE_CHARS]
-    if head.isascii():  # the common case, in C: only 0-9 are digits in ASCII
-        return " ".join(filter(_DIGIT_FREE.fullmatch, _WORD.findall(head)))
-    return " ".join(word for word in _WORD.findall(head) if not any(c.isdigit() for c in word))
+    if not head.isascii():
+        return " ".join(word for word in _WORD.findall(head) if not any(c.isdigit() for c in word))
+    # ASCII, the common case: only 0-9 are digits. Writing every digit as 0 changes neither where
+    # words start and end nor which words hold a digit, so lines that differ only in their
+    # numbers (every progress line of one kind) share one cache entry.
+    key = head.translate(_DIGITS_AS_ZERO)
+    shape = _SHAPES.get(key)
+    if shape is None:
+        if len(_SHAPES) >= _MAX_CACHED_SHAPES:
+            _SHAPES.clear()
+        shape = _SHAPES[key] = " ".join(filter(_DIGIT_FREE.fullmatch, _WORD.findall(head)))
+    return shape
 
 
 class PeerComparison:

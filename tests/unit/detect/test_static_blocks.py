@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.detect import catalog, matcher, static, stream
+from trainguard.detect import catalog, matcher, static, straggler, stream
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 CORPORA = sorted([*(DATA / "real").glob("*.log"), *(DATA / "eval").glob("*.log")])
@@ -162,3 +162,33 @@ def test_the_progress_callback_reports_every_byte(hyperscan: matcher.Matcher) ->
     assert seen == sorted(seen)
     assert len(seen) > 10
     assert seen[-1] == len(data)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 61, 4096])
+@pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n"], ids=["no-final-newline", "newline", "crlf"])
+def test_scan_counts_do_not_depend_on_where_reads_cut(
+    hyperscan: matcher.Matcher, monkeypatch: pytest.MonkeyPatch, chunk_bytes: int, ending: bytes
+) -> None:
+    # ``scan_stream`` reuses one buffer, carries an unfinished line to its front and grows it for
+    # a line longer than itself: the counts must be those of a read of the whole file at once.
+    data = _junk_log() + b"\n" + b"q" * 100_000 + catalog.load_builtin().patterns[4].examples[0].encode() + ending
+    whole = hyperscan.scan_stream(io.BytesIO(data))
+    monkeypatch.setattr(matcher, "CHUNK_BYTES", chunk_bytes)
+    cut = hyperscan.scan_stream(io.BytesIO(data))
+    assert (cut.lines, cut.matched_lines, cut.patterns) == (whole.lines, whole.matched_lines, whole.patterns)
+    assert whole.lines == data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    assert whole.matched_lines > 10
+
+
+def test_line_shape_cache_gives_the_shape_by_its_definition() -> None:
+    # ``line_shape`` caches by the line with every digit written as 0; the answer must stay that
+    # of its definition (words without digits), for ASCII and non-ASCII text alike.
+    rnd = random.Random(5)
+    alphabet = "ab Zq09_./-:|[]5\u00e9\u0663\u00b2"
+    for _ in range(3000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(80)))
+        expected = " ".join(
+            w for w in straggler._WORD.findall(text[: straggler.MAX_SHAPE_CHARS]) if not any(c.isdigit() for c in w)
+        )
+        assert straggler.line_shape(text) == expected
+        assert straggler.line_shape(text) == expected  # the second time from the cache
