@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import io
 import random
+from importlib import resources
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trainguard.detect import catalog, matcher, static, straggler, stream
 
@@ -192,3 +194,8 @@ def test_line_shape_cache_gives_the_shape_by_its_definition() -> None:
         )
         assert straggler.line_shape(text) == expected
         assert straggler.line_shape(text) == expected  # the second time from the cache
+
+
+def test_the_builtin_catalog_reads_the_same_with_either_yaml_loader() -> None:
+    text = resources.files("trainguard.catalog").joinpath("patterns.yaml").read_text(encoding="utf-8")
+    assert yaml.load(text, Loader=catalog._SAFE_LOADER) == yaml.safe_load(text)
