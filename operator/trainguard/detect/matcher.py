@@ -13,9 +13,13 @@ which is what lets ``scan_file`` promise the same matched-line count as
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import io
+import os
+import platform
 import re
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,6 +74,70 @@ def _python_flags(regex: str) -> tuple[str, int]:
     return regex, re.ASCII
 
 
+CACHE_ENV = "TRAINGUARD_CACHE_DIR"
+"""Where compiled Hyperscan databases are kept (default ``$XDG_CACHE_HOME/trainguard`` or
+``~/.cache/trainguard``); ``off`` keeps none."""
+
+
+def _cache_path(expressions: list[bytes], flags: list[int]) -> Path | None:
+    """The file holding the compiled database of exactly these patterns for this machine, or None.
+
+    Compiling the catalog costs a tenth of a second or more, a good part of a `trainguard scan`
+    on a few hundred MB. The key covers the Hyperscan version, the CPU's feature flags (a
+    database is tuned to the instruction set it was built on) and every expression and flag, so
+    a changed catalog, operator patterns or another machine sharing the home directory never
+    load a database that is not theirs.
+    """
+    import hyperscan
+
+    setting = os.environ.get(CACHE_ENV, "")
+    if setting == "off":
+        return None
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainguard"
+    root = Path(setting) if setting else default
+    digest = hashlib.sha256()
+    digest.update(str(getattr(hyperscan, "__version__", "")).encode() + b"\0" + _cpu_flags() + b"\0")
+    for expression, flag in zip(expressions, flags, strict=True):
+        digest.update(expression + b"\0" + str(flag).encode() + b"\0")
+    return root / "hyperscan" / f"{digest.hexdigest()}.db"
+
+
+def _cpu_flags() -> bytes:
+    try:
+        with open("/proc/cpuinfo", "rb") as handle:
+            for line in handle:
+                if line.startswith((b"flags", b"Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.machine().encode()
+
+
+def _load_cached(path: Path) -> Any:
+    """The database stored at ``path``, or None when there is none or it does not load."""
+    import hyperscan
+
+    try:
+        database = hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
+        database.scratch = hyperscan.Scratch(database)  # compile() allocates one; loadb() does not
+    except (OSError, hyperscan.error, TypeError, ValueError):
+        return None
+    return database
+
+
+def _store_cached(path: Path, database: Any) -> None:
+    """Keep ``database`` at ``path`` for the next start; a cache that cannot be written is skipped."""
+    import hyperscan
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as handle:
+            handle.write(hyperscan.dumpb(database))
+        os.replace(handle.name, path)  # readers see the whole file or none
+    except (OSError, hyperscan.error):
+        return
+
+
 class Matcher:
     """A compiled catalog. ``match`` answers per clean line; ``scan_file`` counts a whole file."""
 
@@ -117,11 +185,16 @@ class Matcher:
             expressions.append(body.encode())
             flags.append(flag)
         ids = list(range(len(expressions)))
+        cached = _cache_path(expressions, flags)
+        if cached is not None and (database := _load_cached(cached)) is not None:
+            return database
         database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         try:
             database.compile(expressions=expressions, ids=ids, elements=len(ids), flags=flags)
         except hyperscan.error as exc:
             raise MatcherError(f"Hyperscan cannot compile the catalog: {exc}") from exc
+        if cached is not None:
+            _store_cached(cached, database)
         return database
 
     def _compile_re2(self) -> Any:

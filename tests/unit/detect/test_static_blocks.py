@@ -199,3 +199,55 @@ def test_line_shape_cache_gives_the_shape_by_its_definition() -> None:
 def test_the_builtin_catalog_reads_the_same_with_either_yaml_loader() -> None:
     text = resources.files("trainguard.catalog").joinpath("patterns.yaml").read_text(encoding="utf-8")
     assert yaml.load(text, Loader=catalog._SAFE_LOADER) == yaml.safe_load(text)
+
+
+def _scan_counts(compiled: matcher.Matcher) -> tuple[int, int, dict[str, int]]:
+    stats = compiled.scan_stream(io.BytesIO(_junk_log()))
+    return stats.lines, stats.matched_lines, stats.patterns
+
+
+def test_the_compiled_database_is_cached_and_reused(
+    hyperscan: matcher.Matcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(matcher.CACHE_ENV, str(tmp_path))
+    first = matcher.build_matcher(catalog.load_builtin(), engine="hyperscan")
+    stored = sorted((tmp_path / "hyperscan").glob("*.db"))
+    assert len(stored) == 1
+    first.match("warm up the per-line database")
+    assert len(sorted((tmp_path / "hyperscan").glob("*.db"))) == 2  # the per-line one has its own key
+    stamp = stored[0].stat().st_mtime_ns
+    second = matcher.build_matcher(catalog.load_builtin(), engine="hyperscan")
+    assert stored[0].stat().st_mtime_ns == stamp  # loaded, not compiled and written again
+    assert _scan_counts(second) == _scan_counts(first) == _scan_counts(hyperscan)
+    line = catalog.load_builtin().patterns[0].examples[0]
+    assert second.match(line) == hyperscan.match(line)
+
+
+def test_a_broken_cache_file_is_compiled_over(
+    hyperscan: matcher.Matcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(matcher.CACHE_ENV, str(tmp_path))
+    matcher.build_matcher(catalog.load_builtin(), engine="hyperscan")
+    (stored,) = (tmp_path / "hyperscan").glob("*.db")
+    stored.write_bytes(b"not a database")
+    rebuilt = matcher.build_matcher(catalog.load_builtin(), engine="hyperscan")
+    assert _scan_counts(rebuilt) == _scan_counts(hyperscan)
+    assert stored.read_bytes() != b"not a database"
+
+
+def test_other_patterns_get_another_cache_entry_and_off_keeps_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if "hyperscan" not in matcher.available_engines():
+        pytest.skip("Hyperscan is not installed")
+    monkeypatch.setenv(matcher.CACHE_ENV, str(tmp_path))
+    builtin = catalog.load_builtin()
+    matcher.build_matcher(builtin, engine="hyperscan")
+    fewer = catalog.Catalog(version=builtin.version, patterns=builtin.patterns[:-1])
+    matcher.build_matcher(fewer, engine="hyperscan")
+    assert len(list((tmp_path / "hyperscan").glob("*.db"))) == 2
+    monkeypatch.setenv(matcher.CACHE_ENV, "off")
+    off = tmp_path / "off"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(off))
+    matcher.build_matcher(fewer, engine="hyperscan")
+    assert not off.exists()
