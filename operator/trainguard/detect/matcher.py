@@ -93,8 +93,15 @@ def _cache_path(expressions: list[bytes], flags: list[int]) -> Path | None:
     setting = os.environ.get(CACHE_ENV, "")
     if setting == "off":
         return None
-    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainguard"
-    root = Path(setting) if setting else default
+    if setting:
+        root = Path(setting)
+    elif xdg := os.environ.get("XDG_CACHE_HOME"):
+        root = Path(xdg) / "trainguard"
+    else:
+        try:
+            root = Path.home() / ".cache" / "trainguard"
+        except (RuntimeError, KeyError):  # no home directory (a bare container user): no cache
+            return None
     digest = hashlib.sha256()
     digest.update(str(getattr(hyperscan, "__version__", "")).encode() + b"\0" + _cpu_flags() + b"\0")
     for expression, flag in zip(expressions, flags, strict=True):
