@@ -78,3 +78,17 @@ def test_no_bar_when_stderr_is_not_a_terminal(tmp_path: Path, capsys: pytest.Cap
     out, err = capsys.readouterr()
     assert err == ""
     assert json.loads(out)["path"] == str(log)
+
+
+def test_a_run_imports_only_its_own_sub_command(tmp_path: Path) -> None:
+    # Start-up is a good part of `trainguard scan` on a few hundred MB: the engine, the HTTP
+    # server and the store are not imported for it.
+    log = _log(tmp_path / "train.log", 10)
+    probe = (
+        "import sys; from trainguard.cli import main; "
+        f"code = main.main(['scan', '--stats', {str(log)!r}]); "
+        "print(code, sorted(m for m in ('trainguard.cli.run', 'trainguard.cli.operator', 'trainguard.cli.audit') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.splitlines()[-1] == "0 []"
