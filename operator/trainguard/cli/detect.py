@@ -16,11 +16,15 @@ the command line or a ``--patterns-file`` (one line on stderr; nothing was read)
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
+import stat
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from trainguard.cli import common
+from trainguard.cli import common, progressbar
 from trainguard.detect import inputs, matcher, static, stream
 from trainguard.model import vocab
 
@@ -105,9 +109,24 @@ def _analyze(
         with inputs.open_input(path) as (handle, sniffed):
             if sniffed.kind == inputs.Kind.EMPTY or sniffed.skip:
                 return None, sniffed
-            return analyzer.analyze(path, handle), sniffed
+            if not sys.stderr.isatty():
+                return analyzer.analyze(path, handle), sniffed
+            bar = progressbar.ProgressBar(sys.stderr, f"detect {path}", _size(handle))
+            try:
+                return analyzer.analyze(path, handle, on_progress=bar.update), sniffed
+            finally:
+                bar.close()
     except OSError as exc:
         return None, inputs.Sniffed(inputs.Kind.UNREADABLE, inputs.reason(exc))
+
+
+def _size(handle: BinaryIO) -> int | None:
+    """Bytes in a regular file (for the progress bar's percentage); None for a pipe or a device."""
+    try:
+        info = os.fstat(handle.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 def _nothing(path: str) -> static.Result:

@@ -136,10 +136,16 @@ def agreement_problems(regex: str) -> list[str]:
     return sorted(set(problems))
 
 
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader when PyYAML was built with it: it reads the built-in catalog about ten
+times faster than the pure-Python one (a tenth of a second of every `trainguard scan`), with the
+same result (a test compares them)."""
+
+
 def load_builtin() -> Catalog:
     """The catalog shipped in the package."""
     text = resources.files("trainguard.catalog").joinpath("patterns.yaml").read_text(encoding="utf-8")
-    version, parsed = _parse(yaml.safe_load(text), "builtin catalog")
+    version, parsed = _parse(yaml.load(text, Loader=_SAFE_LOADER), "builtin catalog")
     return Catalog(version=version, patterns=tuple(parsed))
 
 

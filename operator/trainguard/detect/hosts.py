@@ -81,13 +81,15 @@ def parse_prefix(text: str) -> Prefix:
         else:
             break
         rest = rest[m.end() :]
-    if m := _SRUN_TASK.search(text):
+    # Each search below runs only when the literal text it needs is in the line (most lines
+    # have none of them, and ``in`` is far cheaper than a regex search).
+    if "srun: error: " in text and (m := _SRUN_TASK.search(text)):
         node, rank = m.group(1), int(m.group(2))
-    elif m := _STEP_ON.search(text):
+    elif "*** " in text and (m := _STEP_ON.search(text)):
         node = node or m.group(1)
-    if rank is None and (m := _C10D_RANK.search(text)):
+    if rank is None and "Rank " in text and (m := _C10D_RANK.search(text)):
         rank = int(m.group(1))
-    if node is not None and (m := _NCCL_COMM_RANK.search(rest)):
+    if node is not None and "NCCL INFO " in rest and (m := _NCCL_COMM_RANK.search(rest)):
         rank = int(m.group(1))  # "comm 0x... rank 5 nranks 16 ..." names the global rank itself
     pci_match = _PCI.search(text) if "PCI:" in text else None
     return Prefix(node=node, rank=rank, local_rank=local_rank, pci=pci_match.group(1) if pci_match else None, pid=pid)
@@ -187,6 +189,11 @@ class RootCauseReader:
     def __init__(self) -> None:
         self._start: int | None = None
         self._fields: dict[str, str] = {}
+
+    @property
+    def active(self) -> bool:
+        """True inside a block: ``feed`` then needs every line, not only the block's header."""
+        return self._start is not None
 
     def feed(self, lineno: int, text: str) -> RootCause | None:
         if _ROOT_START.search(text):

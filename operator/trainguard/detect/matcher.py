@@ -13,13 +13,18 @@ which is what lets ``scan_file`` promise the same matched-line count as
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import io
+import os
+import platform
 import re
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from trainguard.detect import catalog as catalogs
 
@@ -69,6 +74,77 @@ def _python_flags(regex: str) -> tuple[str, int]:
     return regex, re.ASCII
 
 
+CACHE_ENV = "TRAINGUARD_CACHE_DIR"
+"""Where compiled Hyperscan databases are kept (default ``$XDG_CACHE_HOME/trainguard`` or
+``~/.cache/trainguard``); ``off`` keeps none."""
+
+
+def _cache_path(expressions: list[bytes], flags: list[int]) -> Path | None:
+    """The file holding the compiled database of exactly these patterns for this machine, or None.
+
+    Compiling the catalog costs a tenth of a second or more, a good part of a `trainguard scan`
+    on a few hundred MB. The key covers the Hyperscan version, the CPU's feature flags (a
+    database is tuned to the instruction set it was built on) and every expression and flag, so
+    a changed catalog, operator patterns or another machine sharing the home directory never
+    load a database that is not theirs.
+    """
+    import hyperscan
+
+    setting = os.environ.get(CACHE_ENV, "")
+    if setting == "off":
+        return None
+    if setting:
+        root = Path(setting)
+    elif xdg := os.environ.get("XDG_CACHE_HOME"):
+        root = Path(xdg) / "trainguard"
+    else:
+        try:
+            root = Path.home() / ".cache" / "trainguard"
+        except (RuntimeError, KeyError):  # no home directory (a bare container user): no cache
+            return None
+    digest = hashlib.sha256()
+    digest.update(str(getattr(hyperscan, "__version__", "")).encode() + b"\0" + _cpu_flags() + b"\0")
+    for expression, flag in zip(expressions, flags, strict=True):
+        digest.update(expression + b"\0" + str(flag).encode() + b"\0")
+    return root / "hyperscan" / f"{digest.hexdigest()}.db"
+
+
+def _cpu_flags() -> bytes:
+    try:
+        with open("/proc/cpuinfo", "rb") as handle:
+            for line in handle:
+                if line.startswith((b"flags", b"Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.machine().encode()
+
+
+def _load_cached(path: Path) -> Any:
+    """The database stored at ``path``, or None when there is none or it does not load."""
+    import hyperscan
+
+    try:
+        database = hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
+        database.scratch = hyperscan.Scratch(database)  # compile() allocates one; loadb() does not
+    except (OSError, hyperscan.error, TypeError, ValueError):
+        return None
+    return database
+
+
+def _store_cached(path: Path, database: Any) -> None:
+    """Keep ``database`` at ``path`` for the next start; a cache that cannot be written is skipped."""
+    import hyperscan
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as handle:
+            handle.write(hyperscan.dumpb(database))
+        os.replace(handle.name, path)  # readers see the whole file or none
+    except (OSError, hyperscan.error):
+        return
+
+
 class Matcher:
     """A compiled catalog. ``match`` answers per clean line; ``scan_file`` counts a whole file."""
 
@@ -116,11 +192,16 @@ class Matcher:
             expressions.append(body.encode())
             flags.append(flag)
         ids = list(range(len(expressions)))
+        cached = _cache_path(expressions, flags)
+        if cached is not None and (database := _load_cached(cached)) is not None:
+            return database
         database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         try:
             database.compile(expressions=expressions, ids=ids, elements=len(ids), flags=flags)
         except hyperscan.error as exc:
             raise MatcherError(f"Hyperscan cannot compile the catalog: {exc}") from exc
+        if cached is not None:
+            _store_cached(cached, database)
         return database
 
     def _compile_re2(self) -> Any:
@@ -156,6 +237,32 @@ class Matcher:
             return [self._ids[i] for i in sorted(self._re2_set.Match(line) or ())]
         return [self._ids[i] for i, (rx, _) in enumerate(self._python) if rx.search(line)]
 
+    def candidate_lines(self, block: bytes) -> set[int] | None:
+        """Start offsets of the lines of ``block`` on which some pattern match ends (one scan call).
+
+        Every line that ``match`` would match alone is among them: the patterns are compiled
+        multi-line, so ``^``, ``$`` and word boundaries see a newline at either end of a line
+        as they see the ends of a lone line. A match may run across lines; the line it ends on
+        is then a candidate that ``match`` rejects. None when the engine has no block scan
+        (every line is a candidate).
+        """
+        if self.engine != "hyperscan":
+            return None
+        starts: set[int] = set()
+        last = [-1, -1]  # the last line recorded: its start and the start of the next one
+
+        def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
+            offset = end - 1 if end > 0 else 0
+            if last[0] <= offset < last[1]:
+                return  # another match on the line just recorded
+            line_start = block.rfind(b"\n", 0, offset) + 1
+            starts.add(line_start)
+            newline = block.find(b"\n", offset)
+            last[0], last[1] = line_start, newline + 1 if newline >= 0 else len(block) + 1
+
+        self._hs_chunk.scan(block, match_event_handler=on_match)
+        return starts
+
     def extract(self, pattern_id: str, line: str) -> dict[str, str]:
         """The pattern's ``extract`` fields found in ``line`` (first match of each), e.g. host, rank."""
         found: dict[str, str] = {}
@@ -178,42 +285,54 @@ class Matcher:
             return self.scan_stream(handle)
 
     def scan_stream(self, handle: BinaryIO) -> ScanStats:
-        """``scan_file`` over an open binary stream (standard input, a file already opened)."""
+        """``scan_file`` over an open binary stream (standard input, a file already opened).
+
+        The file is read into one reused buffer (no copy of the data in Python): each pass
+        scans the buffer up to its last newline, then moves the unfinished line to the front.
+        A line longer than the buffer grows it.
+        """
         started = time.perf_counter()
+        reader = cast(io.BufferedIOBase, handle)
         counts = [0] * len(self._ids)
         lines = 0
         matched = 0
-        tail = b""
-        last_byte = b""
+        buffer = bytearray(CHUNK_BYTES)
+        filled = 0
+        last_byte = -1
         while True:
-            block = handle.read(CHUNK_BYTES)
-            if not block:
-                chunk, tail = tail, b""
-            else:
-                last_byte = block[-1:]
-                cut = block.rfind(b"\n")
-                if cut < 0:
-                    tail += block
+            with memoryview(buffer) as view:
+                read = reader.readinto(view[filled:])
+            if read:
+                filled += read
+                last_byte = buffer[filled - 1]
+                # The carried-over start of a line holds no newline: look in what was just read.
+                end = buffer.rfind(b"\n", filled - read, filled) + 1
+                if not end:  # no newline yet: a line longer than the buffer
+                    if filled == len(buffer):
+                        buffer.extend(bytes(len(buffer)))
                     continue
-                chunk, tail = tail + block[: cut + 1], block[cut + 1 :]
-            if chunk:
-                lines += chunk.count(b"\n")
-                matched += self._scan_chunk(chunk, counts)
-            if not block:
+            else:
+                end = filled  # the last line, without a newline
+            if end:
+                lines += buffer.count(b"\n", 0, end)
+                matched += self._scan_chunk(buffer, end, counts)
+                buffer[: filled - end] = buffer[end:filled]
+                filled -= end
+            if not read:
                 break
-        if last_byte and last_byte != b"\n":
+        if last_byte not in (-1, 0x0A):
             lines += 1  # a last line without a newline
         patterns = {self._ids[i]: n for i, n in enumerate(counts) if n}
         return ScanStats(lines=lines, matched_lines=matched, patterns=patterns, seconds=time.perf_counter() - started)
 
-    def _scan_chunk(self, chunk: bytes, counts: list[int]) -> int:
-        """Add per-pattern line counts of ``chunk`` to ``counts``; return its matched-line count."""
+    def _scan_chunk(self, buffer: bytearray, end: int, counts: list[int]) -> int:
+        """Add per-pattern line counts of ``buffer[:end]`` (whole lines) to ``counts``; return its matched lines."""
         # Each hit is (pattern index, offset inside the line it belongs to).
         line_starts: set[int] = set()
         seen: set[tuple[int, int]] = set()
 
         def record(index: int, offset: int) -> None:
-            start = chunk.rfind(b"\n", 0, offset) + 1
+            start = buffer.rfind(b"\n", 0, offset) + 1
             key = (index, start)
             if key not in seen:
                 seen.add(key)
@@ -221,26 +340,27 @@ class Matcher:
                 line_starts.add(start)
 
         if self.engine == "hyperscan":
-            self._scan_hyperscan(chunk, record)
+            self._scan_hyperscan(buffer, end, record)
         else:
-            self._scan_regexes(chunk, record)
+            self._scan_regexes(bytes(buffer[:end]), record)
         return len(line_starts)
 
-    def _scan_hyperscan(self, chunk: bytes, record: Callable[[int, int], None]) -> None:
+    def _scan_hyperscan(self, buffer: bytearray, end: int, record: Callable[[int, int], None]) -> None:
         # A pattern can report many end offsets on one line; skip them cheaply until the
         # next newline rather than calling ``record`` for each.
         skip_until = [-1] * len(self._ids)
 
-        def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
-            if end <= skip_until[index]:
+        def on_match(index: int, start: int, stop: int, flags: int, context: object) -> None:
+            if stop <= skip_until[index]:
                 return
-            # ``end`` is one past the last matched byte; that byte is on the line we want.
-            offset = end - 1 if end > 0 else 0
-            newline = chunk.find(b"\n", offset)
-            skip_until[index] = newline if newline >= 0 else len(chunk)
+            # ``stop`` is one past the last matched byte; that byte is on the line we want.
+            offset = stop - 1 if stop > 0 else 0
+            newline = buffer.find(b"\n", offset, end)
+            skip_until[index] = newline if newline >= 0 else end
             record(index, offset)
 
-        self._hs_chunk.scan(chunk, match_event_handler=on_match)
+        with memoryview(buffer) as view, view[:end] as chunk:
+            self._hs_chunk.scan(chunk, match_event_handler=on_match)
 
     def _scan_regexes(self, chunk: bytes, record: Callable[[int, int], None]) -> None:
         compiled: list[Any] = self._re2_chunk if self.engine == "re2" else [rx for _, rx in self._python]

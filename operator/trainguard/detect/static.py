@@ -21,11 +21,13 @@ Decisions a reader should know:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from trainguard.detect import first_cause, hosts, progress, sanitize, straggler, stream
+from trainguard.detect import matcher as matchers
 from trainguard.model import anomalies, signals, vocab
 
 MAX_LINE_BYTES = 1024 * 1024
@@ -76,6 +78,112 @@ MAX_HITS_PER_PATTERN = 1_000
 and the lagging-rank analysis read; a log repeating one warning a million times stays bounded."""
 
 
+BLOCK_BYTES = 4 * 1024 * 1024
+"""Bytes read at once by ``analyze``: large enough that the block scan's call overhead vanishes,
+small enough that memory stays flat (a block, its lines and the matcher's hits)."""
+_DIRTY = re.compile(rb"[^\t\x20-\x7e]")
+"""A byte that ``sanitize.clean_line`` would decode, strip or replace; lines without one are text as is."""
+_ROOT_START = "Root Cause (first observed failure)"
+"""What starts torch elastic's Root Cause block (``hosts.RootCauseReader``): lines without it are
+not offered to the reader while no block is open."""
+_NO_IDS: list[str] = []
+
+
+@dataclass(slots=True)
+class _State:
+    """What ``FileAnalyzer`` keeps while reading one file."""
+
+    path: str
+    lineno: int = 0
+    rank_map: hosts.RankMap = field(default_factory=hosts.RankMap)
+    root_reader: hosts.RootCauseReader = field(default_factory=hosts.RootCauseReader)
+    root: hosts.RootCause | None = None
+    evidence: list[anomalies.Evidence] = field(default_factory=list)
+    samples: list[_Sample] = field(default_factory=list)
+    stride: int = 1
+    skipped: int = 0
+    hits: dict[str, int] = field(default_factory=dict)
+    ranks_seen: set[int] = field(default_factory=set)
+    progress_since_error: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """Whole lines of a file as read by ``read_blocks``.
+
+    ``data`` holds complete lines separated by newlines (the last one may lack its newline at
+    the end of the file), or, when ``overlong``, one line already cut to head + tail exactly as
+    ``read_lines`` cuts it. ``consumed``: bytes of the file this block stands for.
+    """
+
+    data: bytes
+    consumed: int
+    overlong: bool = False
+
+    def lines(self) -> list[bytes]:
+        if self.overlong:
+            return [self.data]
+        parts = self.data.split(b"\n")
+        if not parts[-1]:
+            parts.pop()  # the newline that ends the block, not an empty line
+        return parts
+
+
+def read_blocks(
+    handle: BinaryIO, block_bytes: int = BLOCK_BYTES, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[_Block]:
+    """The file as blocks of whole lines, about ``block_bytes`` each, in bounded memory.
+
+    A line still without its newline after more than ``max(block_bytes, max_line_bytes)``
+    bytes is read on to its end keeping only its head and tail (``_overlong``), so a multi-GB
+    line never sits in memory. Shorter over-long lines stay in the block; ``cut_line`` cuts them.
+    """
+    limit = max(block_bytes, max_line_bytes)
+    pending = b""
+    while True:
+        data = handle.read(block_bytes)
+        if not data:
+            if pending:
+                yield _Block(pending, len(pending))
+            return
+        pending += data
+        cut = pending.rfind(b"\n")
+        if cut < 0:
+            if len(pending) > limit:
+                block, pending = _overlong(pending, handle, max_line_bytes)
+                yield block
+            continue
+        yield _Block(pending[: cut + 1], cut + 1)
+        pending = pending[cut + 1 :]
+
+
+def cut_line(raw: bytes, *, newline: bool, max_line_bytes: int = MAX_LINE_BYTES) -> bytes:
+    """A line (its newline excluded) as ``read_lines`` yields it: head + `` ... `` + tail when over-long."""
+    if len(raw) < max_line_bytes:
+        return raw
+    return raw[:max_line_bytes] + b" ... " + (raw[max_line_bytes:] + (b"\n" if newline else b""))[-max_line_bytes:]
+
+
+def _overlong(head: bytes, handle: BinaryIO, max_line_bytes: int) -> tuple[_Block, bytes]:
+    """An over-long line starting ``head`` (no newline yet): read to its end keeping only its last bytes.
+
+    Returns the line, already cut as ``read_lines`` cuts it, and what was read after its newline.
+    """
+    consumed = len(head)
+    tail = head[max_line_bytes:][-max_line_bytes:]
+    while True:
+        more = handle.read(max_line_bytes)
+        if not more:
+            return _Block(head[:max_line_bytes] + b" ... " + tail, consumed, overlong=True), b""
+        newline = more.find(b"\n")
+        if newline >= 0:
+            tail = (tail + more[: newline + 1])[-max_line_bytes:]
+            consumed += newline + 1
+            return _Block(head[:max_line_bytes] + b" ... " + tail, consumed, overlong=True), more[newline + 1 :]
+        tail = (tail + more)[-max_line_bytes:]
+        consumed += len(more)
+
+
 @dataclass(frozen=True, slots=True)
 class _Sample:
     key: str | None
@@ -108,85 +216,124 @@ def read_lines(handle: BinaryIO, max_line_bytes: int = MAX_LINE_BYTES) -> Iterat
 class FileAnalyzer:
     """Analyses one file with a compiled matcher. One instance per file."""
 
-    def __init__(self, matcher: stream.Matcher, settings: stream.DetectionSettings) -> None:
+    def __init__(
+        self, matcher: stream.Matcher, settings: stream.DetectionSettings, block_bytes: int = BLOCK_BYTES
+    ) -> None:
         self._matcher = matcher
+        self._block_bytes = block_bytes
         self._settings = settings
         self._specs = matcher.catalog.by_id
         self._hints = {spec.id: spec.attribution_hint for spec in matcher.catalog.patterns}
         self._progress = progress.ProgressParser(settings.progress_regex)
 
-    def analyze(self, path: str, handle: BinaryIO) -> Result:
-        rank_map = hosts.RankMap()
-        root_reader = hosts.RootCauseReader()
-        root: hosts.RootCause | None = None
-        evidence: list[anomalies.Evidence] = []
-        samples: list[_Sample] = []
-        stride, skipped = 1, 0
-        hits: dict[str, int] = {}
-        ranks_seen: set[int] = set()
-        progress_since_error = 0
-        lineno = 0
-        for raw in read_lines(handle):
-            lineno += 1
-            text = sanitize.clean_line(raw)
-            if not text:
-                continue
-            prefix = hosts.parse_prefix(text)
-            rank_map.observe(prefix)
-            if prefix.rank is not None:
-                ranks_seen.add(prefix.rank)
-            if (found_root := root_reader.feed(lineno, text)) is not None:
-                root = found_root
-                if root.host and root.rank is not None:
-                    rank_map.learn(root.host, root.rank)
-            serious = False
-            for pattern_id in self._matcher.match(text):
-                spec = self._specs.get(pattern_id)
-                if spec is None:
-                    continue
-                serious = serious or spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
-                hits[pattern_id] = hits.get(pattern_id, 0) + 1
-                if hits[pattern_id] > MAX_HITS_PER_PATTERN:
-                    continue
-                fields = self._matcher.extract(pattern_id, text)
-                line = signals.LogLine(text=text, lineno=lineno, received_at=0.0, source=path)
-                evidence.append(stream.evidence_from_hit(spec, line, prefix, fields, at=progress.line_time(text)))
-            if serious:
-                progress_since_error = 0
-                continue
-            parsed = self._progress.parse(text)
-            if parsed is None:
-                continue
-            progress_since_error += 1
-            if parsed.rate is not None:
-                skipped += 1
-                if skipped < stride:
-                    continue
-                skipped = 0
-                if len(samples) >= MAX_SAMPLES:
-                    samples = samples[::2]
-                    stride *= 2
-                item = anomalies.Evidence(
-                    line=lineno,
-                    text=text[:500],
-                    pattern=stream.PROGRESS_PATTERN,
-                    source=path,
-                    at=progress.line_time(text),
-                    node=prefix.node,
-                    rank=prefix.rank,
-                    category=vocab.Category.NONE,
-                    severity=vocab.Severity.INFO,
-                )
-                key = (
-                    f"rank:{prefix.rank}"
-                    if prefix.rank is not None
-                    else (f"node:{prefix.node}" if prefix.node else None)
-                )
-                samples.append(_Sample(key, straggler.line_shape(text), item.at, parsed.rate, item))
+    def analyze(self, path: str, handle: BinaryIO, on_progress: Callable[[int], None] | None = None) -> Result:
+        """The verdict on one file, read in blocks: the matcher scans each block in one call.
 
-        evidence = [_with_node(e, rank_map) for e in evidence]
+        Gives the same result as ``analyze_by_line`` (tests hold them equal): a line is offered
+        to the per-line matcher only when the block scan found a match ending on it, or when it
+        is not plain printable ASCII (cleaning could change what matches). ``on_progress`` is
+        called with the bytes read so far after each block.
+        """
+        state = _State(path)
+        # Only the catalog matcher scans blocks; another matcher is asked line by line.
+        candidates = self._matcher.candidate_lines if isinstance(self._matcher, matchers.Matcher) else None
+        read = 0
+        for block in read_blocks(handle, self._block_bytes):
+            starts = candidates(block.data) if candidates is not None and not block.overlong else None
+            offset = 0
+            for raw in block.lines():
+                state.lineno += 1
+                line_start, offset = offset, offset + len(raw) + 1
+                body = raw.rstrip(b"\r")
+                if block.overlong or len(body) > sanitize.DEFAULT_MAX_CHARS or _DIRTY.search(body) is not None:
+                    whole = raw if block.overlong else cut_line(raw, newline=offset <= len(block.data))
+                    if text := sanitize.clean_line(whole):
+                        self._feed(state, text, None)
+                    continue
+                if not body:
+                    continue
+                # A stripped carriage return changes what ``$`` sees: such a line is matched alone.
+                known = starts is not None and len(body) == len(raw) and line_start not in starts
+                self._feed(state, body.decode("ascii"), _NO_IDS if known else None)
+            read += block.consumed
+            if on_progress is not None:
+                on_progress(read)
+        return self._finish(state)
+
+    def analyze_by_line(self, path: str, handle: BinaryIO) -> Result:
+        """The verdict on one file, one ``Matcher.match`` call per line: the reference ``analyze`` keeps to."""
+        state = _State(path)
+        for raw in read_lines(handle):
+            state.lineno += 1
+            text = sanitize.clean_line(raw)
+            if text:
+                self._feed(state, text, None)
+        return self._finish(state)
+
+    def _feed(self, state: _State, text: str, ids: list[str] | None) -> None:
+        """Take one non-empty clean line; ``ids``: its matching pattern ids when already known."""
+        lineno, rank_map = state.lineno, state.rank_map
+        prefix = hosts.parse_prefix(text)
+        rank_map.observe(prefix)
+        if prefix.rank is not None:
+            state.ranks_seen.add(prefix.rank)
+        reading_root = state.root_reader.active or _ROOT_START in text
+        if reading_root and (found_root := state.root_reader.feed(lineno, text)) is not None:
+            state.root = found_root
+            if found_root.host and found_root.rank is not None:
+                rank_map.learn(found_root.host, found_root.rank)
+        serious = False
+        hits = state.hits
+        for pattern_id in self._matcher.match(text) if ids is None else ids:
+            spec = self._specs.get(pattern_id)
+            if spec is None:
+                continue
+            serious = serious or spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
+            hits[pattern_id] = hits.get(pattern_id, 0) + 1
+            if hits[pattern_id] > MAX_HITS_PER_PATTERN:
+                continue
+            fields = self._matcher.extract(pattern_id, text)
+            line = signals.LogLine(text=text, lineno=lineno, received_at=0.0, source=state.path)
+            state.evidence.append(stream.evidence_from_hit(spec, line, prefix, fields, at=progress.line_time(text)))
+        if serious:
+            state.progress_since_error = 0
+            return
+        parsed = self._progress.parse(text)
+        if parsed is None:
+            return
+        state.progress_since_error += 1
+        if parsed.rate is not None:
+            state.skipped += 1
+            if state.skipped < state.stride:
+                return
+            state.skipped = 0
+            if len(state.samples) >= MAX_SAMPLES:
+                state.samples = state.samples[::2]
+                state.stride *= 2
+            item = anomalies.Evidence(
+                line=lineno,
+                text=text[:500],
+                pattern=stream.PROGRESS_PATTERN,
+                source=state.path,
+                at=progress.line_time(text),
+                node=prefix.node,
+                rank=prefix.rank,
+                category=vocab.Category.NONE,
+                severity=vocab.Severity.INFO,
+            )
+            key = (
+                f"rank:{prefix.rank}"
+                if prefix.rank is not None
+                else (f"node:{prefix.node}" if prefix.node else None)
+            )
+            state.samples.append(_Sample(key, straggler.line_shape(text), item.at, parsed.rate, item))
+
+    def _finish(self, state: _State) -> Result:
+        path, lineno, rank_map, root = state.path, state.lineno, state.rank_map, state.root
+        progress_since_error, samples = state.progress_since_error, state.samples
+        evidence = [_with_node(e, rank_map) for e in state.evidence]
         cause = first_cause.find_first_cause(
-            evidence, hints=self._hints, root_cause=root, node_of=rank_map.node_of, ranks_seen=ranks_seen
+            evidence, hints=self._hints, root_cause=root, node_of=rank_map.node_of, ranks_seen=state.ranks_seen
         )
         if cause is not None and progress_since_error < RECOVERED_AFTER:
             return Result(

@@ -48,6 +48,11 @@ without end) are not tracked, which bounds the memory of one detector."""
 MAX_SHAPE_CHARS = 200
 """Characters of a progress line read for its shape (``line_shape``)."""
 _WORD = re.compile(r"[A-Za-z][\w./-]*")
+_DIGIT_FREE = re.compile(r"[^0-9]*")
+_DIGITS_AS_ZERO = str.maketrans("123456789", "000000000")
+_SHAPES: dict[str, str] = {}
+_MAX_CACHED_SHAPES = 4096
+"""Line shapes remembered by ``line_shape`` (by line head with digits as 0); cleared when full."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +167,19 @@ def line_shape(text: str) -> str:
     rank or host (``[rank3]:``, ``gpu-a01:41000:41000``) drop out and every rank's line of one kind
     shares a shape.
     """
-    return " ".join(word for word in _WORD.findall(text[:MAX_SHAPE_CHARS]) if not any(c.isdigit() for c in word))
+    head = text[:MAX_SHAPE_CHARS]
+    if not head.isascii():
+        return " ".join(word for word in _WORD.findall(head) if not any(c.isdigit() for c in word))
+    # ASCII, the common case: only 0-9 are digits. Writing every digit as 0 changes neither where
+    # words start and end nor which words hold a digit, so lines that differ only in their
+    # numbers (every progress line of one kind) share one cache entry.
+    key = head.translate(_DIGITS_AS_ZERO)
+    shape = _SHAPES.get(key)
+    if shape is None:
+        if len(_SHAPES) >= _MAX_CACHED_SHAPES:
+            _SHAPES.clear()
+        shape = _SHAPES[key] = " ".join(filter(_DIGIT_FREE.fullmatch, _WORD.findall(head)))
+    return shape
 
 
 class PeerComparison:
