@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -142,6 +142,9 @@ class EngineMetrics:
         self.audit_write = Histogram(
             "trainguard_audit_write_seconds", "Duration of the store transaction that wrote an audit record, by kind",
             ["kind"], buckets=WRITE_BUCKETS, registry=r)
+        self.unreadable = Gauge(
+            "trainguard_unreadable_workloads", "Tracked workloads whose output cannot be read now (e.g. the "
+            "process's descriptor limit, permissions): they are not monitored until it can", registry=r)
         self.states = _WorkloadStates(self)
         r.register(self.states)
         self._anomaly_at: _Recent = _Recent()
