@@ -358,6 +358,7 @@ class Engine:
         does not keep the others from being tracked; the round then fails with its error. The
         table keeps the scheduler's order."""
         failed: BaseException | None = None
+        known = await self.store.known_workloads([job.workload for job in jobs]) if jobs else set()
         chunk: list[workloads.JobSnapshot] = []
         for index, job in enumerate(jobs):
             chunk.append(job)
@@ -365,7 +366,8 @@ class Engine:
             if (following is not None and len(chunk) < TRACK_BATCH
                     and following.workload not in {j.workload for j in chunk}):
                 continue
-            results = await asyncio.gather(*(self._track(j) for j in chunk), return_exceptions=True)
+            results = await asyncio.gather(*(self._track(j, known=j.workload in known) for j in chunk),
+                                           return_exceptions=True)
             for j, result in zip(chunk, results, strict=True):
                 rt = self.runtimes.pop(j.workload, None)
                 if rt is not None:
@@ -376,7 +378,9 @@ class Engine:
         if failed is not None:
             raise failed
 
-    async def _track(self, job: workloads.JobSnapshot) -> None:
+    async def _track(self, job: workloads.JobSnapshot, *, known: bool = True) -> None:
+        """Start tracking ``job``. ``known=False``: the store had no row for it (``_track_all``), so
+        there is no history or read position to read back."""
         now = self.clock.now()
         opt_in = overrides.parse_opt_in(job.comment)
         if opt_in is None:  # discovery lists only opted-in jobs; never touch anything else
@@ -398,12 +402,13 @@ class Engine:
             history=ledger.WorkloadHistory(workload=job.workload), checkpoint_re=checkpoint, matcher=matcher,
             opt_in_errors=errors, route=route,
         )
-        await self._restore_history(rt)
+        if known:
+            await self._restore_history(rt)
         self.runtimes[job.workload] = rt
         logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s: %s)", job.workload, job.job_id, job.attempt,
                     job.state.value, name or "-", f", mode {spec.mode.value}" if spec else ", NOT COVERED",
                     route.reason)
-        resume_from = await self.store.tail_positions(job.workload)
+        resume_from = await self.store.tail_positions(job.workload) if known else []
         with self.store.grouped():
             await self._open_tailers(rt, resume_from=resume_from)
         await self._update(rt, job, first=True)

@@ -469,16 +469,22 @@ class AuditStore:
 
     async def _save_tail(self, session: AsyncSession, records: Sequence[TailRecord], at: float) -> None:
         when = to_datetime(at)
+        # The existing rows of these workloads in one query per 500 (not one per record): the tailing
+        # round saves the moved positions of every tracked workload several times a second.
+        names = list(dict.fromkeys(rec.workload for rec in records))
+        known: dict[tuple[str, int, str], tables.TailPositionRow] = {}
+        for start in range(0, len(names), 500):
+            chunk = names[start:start + 500]
+            query = sa.select(tables.TailPositionRow).where(tables.TailPositionRow.workload.in_(chunk))
+            for existing in (await session.execute(query)).scalars():
+                known[(existing.workload, existing.attempt, existing.path_key)] = existing
         for rec in records:
-            await self._ensure_workload(session, rec.workload, at)
-            query = sa.select(tables.TailPositionRow).where(
-                tables.TailPositionRow.workload == rec.workload, tables.TailPositionRow.attempt == rec.attempt,
-                tables.TailPositionRow.path_key == path_key(rec.path),
-            )
-            row = (await session.execute(query)).scalar_one_or_none()
+            key = (rec.workload, rec.attempt, path_key(rec.path))
+            row = known.get(key)
             if row is None:
-                row = tables.TailPositionRow(workload=rec.workload, attempt=rec.attempt, path_key=path_key(rec.path),
-                                             path=rec.path)
+                await self._ensure_workload(session, rec.workload, at)
+                row = known[key] = tables.TailPositionRow(workload=rec.workload, attempt=rec.attempt,
+                                                          path_key=key[2], path=rec.path)
                 session.add(row)
             row.source, row.inode, row.byte_offset, row.lineno = rec.source, rec.inode, rec.offset, rec.lineno
             row.fingerprint, row.updated_at = rec.fingerprint, when
@@ -495,6 +501,17 @@ class AuditStore:
         except sa_exc.IntegrityError:
             # Another writer inserted the same key first: the rows exist now, so this is an update.
             await self._transaction(lambda session: self._save_tail(session, records, at))
+
+    async def known_workloads(self, workloads: Sequence[str]) -> set[str]:
+        """Which of ``workloads`` the store has a row for (one query per 500): a workload it does not
+        know has no history and no read positions to resume, so tracking it needs no other read."""
+        found: set[str] = set()
+        names = list(dict.fromkeys(workloads))
+        async with self._sessions() as session:
+            for start in range(0, len(names), 500):
+                query = sa.select(tables.Workload.id).where(tables.Workload.id.in_(names[start:start + 500]))
+                found.update((await session.execute(query)).scalars())
+        return found
 
     async def tail_positions(self, workload: str) -> list[TailRecord]:
         """Every saved read position of a workload, oldest attempt first."""

@@ -80,3 +80,22 @@ async def test_a_lone_grouped_write_is_an_ordinary_transaction(db_url: str) -> N
         assert commits[0] == 1
     finally:
         await store.close()
+
+
+async def test_read_positions_of_many_workloads_are_saved_and_moved_in_one_write(db_url: str) -> None:
+    """``save_tail_positions`` reads the existing rows in bulk: new rows are created, existing ones
+    moved, and one key given twice in a call is one row (the later position)."""
+    store = await database.open_store(db_url)
+    try:
+        def rec(i: int, offset: int) -> audit.TailRecord:
+            return audit.TailRecord(workload=f"slurm/t/{i}", attempt=0, path=f"/o/{i}.out", source="stdout",
+                                    inode=1, offset=offset, lineno=offset // 10, fingerprint="")
+
+        await store.save_tail_positions([rec(i, 10) for i in range(20)], at=T0)
+        await store.save_tail_positions([*(rec(i, 20) for i in range(0, 20, 2)), rec(1, 30), rec(1, 40)], at=T0 + 1)
+        assert [r.offset for r in await store.tail_positions("slurm/t/0")] == [20]
+        assert [r.offset for r in await store.tail_positions("slurm/t/1")] == [40]
+        assert [r.offset for r in await store.tail_positions("slurm/t/3")] == [10]
+        assert await store.known_workloads(["slurm/t/3", "slurm/t/99"]) == {"slurm/t/3"}
+    finally:
+        await store.close()
