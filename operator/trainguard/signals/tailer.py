@@ -43,6 +43,7 @@ import hashlib
 import logging
 import os
 import resource
+import threading
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -75,6 +76,7 @@ class DescriptorBudget:
 
     def __init__(self) -> None:
         self.held = 0
+        self._lock = threading.Lock()  # taken on the pool's threads, given back on the event loop
 
     def ceiling(self) -> int:
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -84,13 +86,16 @@ class DescriptorBudget:
 
     def take(self) -> bool:
         """One more file may stay open (True, counted) or must be closed after its poll (False)."""
-        if self.held >= self.ceiling():
-            return False
-        self.held += 1
-        return True
+        ceiling = self.ceiling()
+        with self._lock:
+            if self.held >= ceiling:
+                return False
+            self.held += 1
+            return True
 
     def give(self) -> None:
-        self.held = max(0, self.held - 1)
+        with self._lock:
+            self.held = max(0, self.held - 1)
 
 
 DESCRIPTORS = DescriptorBudget()
