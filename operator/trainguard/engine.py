@@ -59,6 +59,9 @@ Listener = Callable[[str, str, dict[str, object]], Awaitable[None]]
 """Called as ``listener(kind, workload, payload)`` after each audit record the engine writes:
 the seam for Kubernetes status/Events, the console and metrics."""
 
+TRACK_BATCH = 512
+"""New jobs tracked concurrently in one discovery round (``Engine._track_all``)."""
+
 _FAILED_STATES = frozenset(
     {
         workloads.JobState.FAILED,
@@ -179,6 +182,9 @@ class Engine:
         store.observers[:] = [o for o in store.observers if not isinstance(o, scorecard_watch.ScorecardWatch)]
         store.observers.append(self.scorecard_watch)
         self.metrics.count_workloads(self.workload_states)
+        self.unreadable: dict[str, str] = {}
+        """Workload -> why its output cannot be read now (``_note_unreadable``): such a workload is
+        reported (log, ``trainguard_unreadable_workloads``, status), never silently unmonitored."""
 
     def workload_states(self) -> list[str]:
         """The scheduler's state of every tracked workload (``trainguard_workloads``)."""
@@ -288,8 +294,7 @@ class Engine:
     async def discover(self) -> None:
         """One discovery round: start tracking new jobs, follow requeues, settle finished jobs."""
         delta = await self.discovery.poll()
-        for job in delta.new:
-            await self._track(job)
+        await self._track_all(delta.new)
         for job in (*delta.changed, *delta.finished):
             rt = self.runtimes.get(job.workload)
             if rt is None:
@@ -362,17 +367,47 @@ class Engine:
             rt.spec = spec
             rt.opt_in_errors = errors
 
-    async def _track(self, job: workloads.JobSnapshot) -> None:
+    async def _track_all(self, jobs: Sequence[workloads.JobSnapshot]) -> None:
+        """Start tracking new jobs, up to ``TRACK_BATCH`` at once: their store writes share commits
+        (``AuditStore.grouped``) and their files are looked at in parallel on the pool, so that a
+        thousand new jobs take a few commits instead of thousands. A job whose tracking fails
+        does not keep the others from being tracked; the round then fails with its error. The
+        table keeps the scheduler's order."""
+        failed: BaseException | None = None
+        known = await self.store.known_workloads([job.workload for job in jobs]) if jobs else set()
+        chunk: list[workloads.JobSnapshot] = []
+        for index, job in enumerate(jobs):
+            chunk.append(job)
+            following = jobs[index + 1] if index + 1 < len(jobs) else None
+            if (following is not None and len(chunk) < TRACK_BATCH
+                    and following.workload not in {j.workload for j in chunk}):
+                continue
+            results = await asyncio.gather(*(self._track(j, known=j.workload in known) for j in chunk),
+                                           return_exceptions=True)
+            for j, result in zip(chunk, results, strict=True):
+                rt = self.runtimes.pop(j.workload, None)
+                if rt is not None:
+                    self.runtimes[j.workload] = rt
+                if isinstance(result, BaseException) and failed is None:
+                    failed = result
+            chunk = []
+        if failed is not None:
+            raise failed
+
+    async def _track(self, job: workloads.JobSnapshot, *, known: bool = True) -> None:
+        """Start tracking ``job``. ``known=False``: the store had no row for it (``_track_all``), so
+        there is no history or read position to read back."""
         now = self.clock.now()
         opt_in = overrides.parse_opt_in(job.comment)
         if opt_in is None:  # discovery lists only opted-in jobs; never touch anything else
             return
         spec, errors, route = self._effective_spec(job, opt_in)
         name = route.policy or opt_in.policy_name or ""
-        await self.store.upsert_workload(
-            workload=job.workload, scheduler=self.scheduler.name, job_id=job.job_id, at=now, policy=name,
-            comment=job.comment[:1024], opt_in_errors=errors, state=job.state.value,
-        )
+        with self.store.grouped():  # shares a commit with the other new jobs of this round
+            await self.store.upsert_workload(
+                workload=job.workload, scheduler=self.scheduler.name, job_id=job.job_id, at=now, policy=name,
+                comment=job.comment[:1024], opt_in_errors=errors, state=job.state.value,
+            )
         if errors:
             logger.warning("workload %s: %s", job.workload, "; ".join(errors))
         matcher = self._matcher_for(spec) if spec is not None else None
@@ -383,12 +418,15 @@ class Engine:
             history=ledger.WorkloadHistory(workload=job.workload), checkpoint_re=checkpoint, matcher=matcher,
             opt_in_errors=errors, route=route,
         )
-        await self._restore_history(rt)
+        if known:
+            await self._restore_history(rt)
         self.runtimes[job.workload] = rt
         logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s: %s)", job.workload, job.job_id, job.attempt,
                     job.state.value, name or "-", f", mode {spec.mode.value}" if spec else ", NOT COVERED",
                     route.reason)
-        await self._open_tailers(rt, resume_from=await self.store.tail_positions(job.workload))
+        resume_from = await self.store.tail_positions(job.workload) if known else []
+        with self.store.grouped():
+            await self._open_tailers(rt, resume_from=resume_from)
         await self._update(rt, job, first=True)
         rt.ready = True
 
@@ -576,10 +614,11 @@ class Engine:
             elif rt.spec is not None:
                 self._place_at_attempt_start(rt, job)
             self._new_detector(rt, job)
-            if rt.detector is not None:
-                await self._save_positions([rt], force=True)  # where this attempt's lines start
-            await self.store.record_attempt(workload=rt.workload, attempt=job.attempt, at=now, started_at=now,
-                                            state=job.state.value)
+            with self.store.grouped() if first else contextlib.nullcontext():  # see _track_all
+                if rt.detector is not None:
+                    await self._save_positions([rt], force=True)  # where this attempt's lines start
+                await self.store.record_attempt(workload=rt.workload, attempt=job.attempt, at=now,
+                                                started_at=now, state=job.state.value)
             rt.finished_at = None
         elif not first and job.state != previous.state:
             await self.store.record_attempt(workload=rt.workload, attempt=job.attempt, at=now, state=job.state.value)
@@ -592,7 +631,8 @@ class Engine:
         if rt.detector is not None and rt.detector.attempt == job.attempt and job.nodes and job.nodes != previous.nodes:
             # First seen pending: the rank -> node layout exists only once the job runs.
             rt.detector.rank_map = hosts.RankMap(job.nodes, _tasks_per_node(job))
-        await self._remember_allocation(rt, job, previous, first=first)
+        with self.store.grouped() if first else contextlib.nullcontext():  # see _track_all
+            await self._remember_allocation(rt, job, previous, first=first)
         if job.state.finished and (first or not previous.state.finished):
             await self._drain(rt)
             rt.finished_at = now
@@ -629,6 +669,7 @@ class Engine:
     async def _close(self, rt: WorkloadRuntime, why: str) -> None:
         rt.book.close()
         self.journal.forget(rt.workload)
+        self.unreadable.pop(rt.workload, None)
         self.discovery.forget(rt.job.job_id)
         logger.info("no longer tracking %s: %s", rt.workload, why)
 
@@ -644,6 +685,7 @@ class Engine:
                 self._new_detector(rt, rt.job)  # a policy now covers it (e.g. a RecoveryPolicy appeared)
         # Every file is read concurrently on the pool: a hung file holds up no other workload.
         batches = await asyncio.gather(*(self._read(rt) for rt in runtimes))
+        self._note_unreadable(runtimes)
         for rt, batch in zip(runtimes, batches, strict=True):
             await self._feed_batch(rt, batch)
             if rt.detector is not None:
@@ -654,6 +696,20 @@ class Engine:
                     await self._handle(rt, anomaly)
         await self._save_positions(runtimes)
         await self.journal.flush()
+
+    def _note_unreadable(self, runtimes: Sequence[WorkloadRuntime]) -> None:
+        """Workloads whose output files cannot be opened (the descriptor limit, permissions): an
+        error line when one starts or changes, a line when it reads again, and the gauge."""
+        for rt in runtimes:
+            why = "; ".join(t.unreadable for t in rt.tailers if t.unreadable)
+            before = self.unreadable.get(rt.workload)
+            if why and why != before:
+                logger.error("%s: its output cannot be read, so it is NOT monitored: %s", rt.workload, why)
+                self.unreadable[rt.workload] = why
+            elif not why and before is not None:
+                logger.warning("%s: its output can be read again", rt.workload)
+                del self.unreadable[rt.workload]
+        self.metrics.unreadable.set(len(self.unreadable))
 
     async def _drain(self, rt: WorkloadRuntime) -> None:
         await self._feed_batch(rt, await self._read(rt))

@@ -148,6 +148,9 @@ class EngineMetrics:
             ["job_state"], registry=r)
         self.scorecard_watched = Gauge(
             "trainguard_scorecard_watched_workloads", "Workloads watched after a Monitor-mode advice", registry=r)
+        self.unreadable = Gauge(
+            "trainguard_unreadable_workloads", "Tracked workloads whose output cannot be read now (e.g. the "
+            "process's descriptor limit, permissions): they are not monitored until it can", registry=r)
         self.states = _WorkloadStates(self)
         r.register(self.states)
         self._anomaly_at: _Recent = _Recent()

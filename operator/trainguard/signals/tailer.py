@@ -25,13 +25,25 @@ while we were stopped, which inode and size alone cannot.
 File I/O runs on a thread (``signals.fileio``), never on the event loop: ``poll()`` is the
 blocking read, ``read_new()`` awaits it with a timeout and never starts a second read of a
 file whose previous read is still stuck (a hung NFS/Lustre mount).
+
+Descriptors: a tailer keeps its file open between polls (so a rotated file's last lines are
+still read) while the process's tailers hold fewer than half of ``RLIMIT_NOFILE``
+(``DESCRIPTORS``); past that, a tailer opens its file for each poll and closes it after,
+resuming at its position (inode, offset and fingerprint checked as after a restart). So the
+number of followed files has no ceiling below the descriptor limit; the cost past it is an open
+per poll, and a file rotated between two polls loses its unread end (read from the new file's
+start, with a marker). A file that cannot be opened at all (the limit reached by others,
+permissions) sets ``unreadable``, which the engine reports (log, metric, status).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
+import resource
+import threading
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -55,6 +67,39 @@ FINGERPRINT_BYTES = 128
 line (a rewritten file matching them by chance is then very unlikely), one small read."""
 
 _CHUNK = 64 * 1024
+
+
+class DescriptorBudget:
+    """How many output files this process's tailers keep open between polls: at most half the
+    soft ``RLIMIT_NOFILE`` (read at each open, so a raised limit applies at once), the other half
+    left to the database, sockets and the reads of tailers beyond the budget."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self._lock = threading.Lock()  # taken on the pool's threads, given back on the event loop
+
+    def ceiling(self) -> int:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return 1 << 20
+        return max(0, soft // 2)
+
+    def take(self) -> bool:
+        """One more file may stay open (True, counted) or must be closed after its poll (False)."""
+        ceiling = self.ceiling()
+        with self._lock:
+            if self.held >= ceiling:
+                return False
+            self.held += 1
+            return True
+
+    def give(self) -> None:
+        with self._lock:
+            self.held = max(0, self.held - 1)
+
+
+DESCRIPTORS = DescriptorBudget()
+"""The process-wide budget of the tailers (one process, one descriptor table)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +169,10 @@ class LogTailer:
         self._line_ends: dict[int, tuple[int, bytes]] = {}  # lineno -> (committed, tail) of the last poll
         self._io: fileio.OneAtATime[list[signals.LogLine]] = fileio.OneAtATime(pool, timeout)
         self._closing = False
+        self._held = False  # the open file counts in DESCRIPTORS and stays open between polls
+        self.unreadable = ""
+        """Why the file cannot be read now (e.g. no descriptor left); empty when it can (or does
+        not exist yet, which is normal for a pending job)."""
         self._restore = position if position is not None and position.path == path else None
         if self._restore is not None:
             self._lineno = self._restore.lineno
@@ -179,7 +228,8 @@ class LogTailer:
         except FileNotFoundError:
             st = None
         except OSError as exc:
-            self._marker(out, f"cannot stat {self.path}: {exc.strerror}")
+            self.unreadable = f"cannot stat {self.path}: {exc.strerror}"
+            self._marker(out, self.unreadable)
             return out
         if self._fh is not None:
             fst = os.fstat(self._fh.fileno())
@@ -194,6 +244,8 @@ class LogTailer:
             return out
         self._read(out)
         self._flush_stale_fragment(out)
+        if not self._held:
+            self._let_go()
         return out
 
     def close(self) -> None:
@@ -204,6 +256,9 @@ class LogTailer:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        if self._held:
+            self._held = False
+            DESCRIPTORS.give()
 
     def skip_to(self, position: TailPosition) -> None:
         """Continue at ``position`` next time (an attempt boundary found by the engine); no I/O."""
@@ -224,13 +279,34 @@ class LogTailer:
         except OSError:
             return True
 
+    def _let_go(self) -> None:
+        """Beyond the descriptor budget: close the file after the poll and reopen it at this
+        position next time (kept open while a partial line is pending, which is rare and short)."""
+        if self._fh is None or self._frag or self._dropped:
+            return
+        n = min(self._offset, FINGERPRINT_BYTES)
+        tail = self._raw_tail if len(self._raw_tail) == n else b""
+        self._restore = TailPosition(self.path, self._inode, self._offset, self._lineno,
+                                     fingerprint_of(tail) if n and tail else "")
+        self._fh.close()
+        self._fh = None
+
     def _open(self, out: list[signals.LogLine]) -> bool:
         try:
             self._fh = open(self.path, "rb")  # noqa: SIM115 - kept open across polls to survive rotation
         except OSError as exc:
-            if not isinstance(exc, FileNotFoundError):
-                self._marker(out, f"cannot open {self.path}: {exc.strerror}")
+            if isinstance(exc, FileNotFoundError):
+                self.unreadable = ""
+            else:
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and not self.unreadable:
+                    logger.error("cannot open %s of %s: %s (the process's descriptor limit, ulimit -n, is %d)",
+                                 self.path, self.workload, exc.strerror,
+                                 resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+                self.unreadable = f"cannot open {self.path}: {exc.strerror}"
+                self._marker(out, self.unreadable)
             return False
+        self.unreadable = ""
+        self._held = DESCRIPTORS.take()
         fst = os.fstat(self._fh.fileno())
         self._inode = fst.st_ino
         start = 0

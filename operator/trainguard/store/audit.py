@@ -13,12 +13,15 @@ raised, never swallowed: a record that cannot be written must stop the action it
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import datetime
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -35,6 +38,12 @@ logger = logging.getLogger(__name__)
 
 _WRITTEN = "trainguard_audit_written"
 """Key in a session's ``info``: the audit records added in its transaction, told to observers on commit."""
+
+_GROUPED: contextvars.ContextVar[bool] = contextvars.ContextVar("trainguard_store_grouped", default=False)
+"""Set by ``AuditStore.grouped()``: this task's writes may share a commit with concurrent ones."""
+
+GROUP_MAX = 512
+"""Writes committed together at most (one transaction stays short enough for other writers)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,6 +246,8 @@ class AuditStore:
         self.context = context
         self.observers: list[AuditObserver] = []
         """Told about every committed audit record (``AuditObserver``)."""
+        self._group: list[tuple[Callable[[AsyncSession], Awaitable[Any]], asyncio.Future[Any]]] = []
+        self._group_writer: asyncio.Future[None] | None = None
 
     @property
     def backend(self) -> str:
@@ -251,7 +262,76 @@ class AuditStore:
     async def close(self) -> None:
         await self._engine.dispose()
 
+    @contextlib.contextmanager
+    def grouped(self) -> Iterator[None]:
+        """Within this block, this task's writes are committed together with the concurrent writes
+        of other tasks in the same block (group commit): tracking a thousand new workloads costs a
+        few commits, not thousands of ``synchronous=FULL`` ones. Each caller still returns only
+        once its write is committed. Only for writes that are idempotent and order-free across
+        workloads (registering a workload, its allocation, its read positions): a caller cancelled
+        while waiting may still see its write committed."""
+        token = _GROUPED.set(True)
+        try:
+            yield
+        finally:
+            _GROUPED.reset(token)
+
     async def _transaction(self, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        if _GROUPED.get():
+            return await self._grouped(work)
+        return await self._commit(work)
+
+    async def _grouped(self, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._group.append((work, future))
+        if self._group_writer is None or self._group_writer.done():
+            self._group_writer = asyncio.ensure_future(self._write_groups())
+        result: T = await future
+        return result
+
+    async def _write_groups(self) -> None:
+        """Commit the queued grouped writes, up to ``GROUP_MAX`` per transaction. When a group's
+        transaction fails, each of its writes is retried alone, so that an error reaches its own
+        caller only (and the others still commit)."""
+        live: list[tuple[Callable[[AsyncSession], Awaitable[Any]], asyncio.Future[Any]]] = []
+        try:
+            while self._group:
+                await asyncio.sleep(0)  # let the writers of this round join
+                batch, self._group = self._group[:GROUP_MAX], self._group[GROUP_MAX:]
+                live = [(w, f) for w, f in batch if not f.done()]
+                if len(live) > 1:
+                    works = [w for w, _ in live]
+
+                    async def all_of(session: AsyncSession, works: list[Callable[[AsyncSession], Awaitable[Any]]]
+                                     = works) -> list[Any]:
+                        return [await w(session) for w in works]
+
+                    try:
+                        results = await self._commit(all_of)
+                    except Exception:
+                        logger.debug("a grouped commit of %d writes failed; writing them one by one", len(live))
+                    else:
+                        for (_, f), value in zip(live, results, strict=True):
+                            if not f.done():
+                                f.set_result(value)
+                        continue
+                for w, f in live:
+                    try:
+                        value = await self._commit(w)
+                    except Exception as exc:
+                        if not f.done():
+                            f.set_exception(exc)
+                    else:
+                        if not f.done():
+                            f.set_result(value)
+        except BaseException as exc:
+            for _, f in [*live, *self._group]:
+                if not f.done():
+                    f.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            self._group = []
+            raise
+
+    async def _commit(self, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
         started = time.perf_counter()
         async with self._sessions() as session:
             async with session.begin():
@@ -394,16 +474,22 @@ class AuditStore:
 
     async def _save_tail(self, session: AsyncSession, records: Sequence[TailRecord], at: float) -> None:
         when = to_datetime(at)
+        # The existing rows of these workloads in one query per 500 (not one per record): the tailing
+        # round saves the moved positions of every tracked workload several times a second.
+        names = list(dict.fromkeys(rec.workload for rec in records))
+        known: dict[tuple[str, int, str], tables.TailPositionRow] = {}
+        for start in range(0, len(names), 500):
+            chunk = names[start:start + 500]
+            query = sa.select(tables.TailPositionRow).where(tables.TailPositionRow.workload.in_(chunk))
+            for existing in (await session.execute(query)).scalars():
+                known[(existing.workload, existing.attempt, existing.path_key)] = existing
         for rec in records:
-            await self._ensure_workload(session, rec.workload, at)
-            query = sa.select(tables.TailPositionRow).where(
-                tables.TailPositionRow.workload == rec.workload, tables.TailPositionRow.attempt == rec.attempt,
-                tables.TailPositionRow.path_key == path_key(rec.path),
-            )
-            row = (await session.execute(query)).scalar_one_or_none()
+            key = (rec.workload, rec.attempt, path_key(rec.path))
+            row = known.get(key)
             if row is None:
-                row = tables.TailPositionRow(workload=rec.workload, attempt=rec.attempt, path_key=path_key(rec.path),
-                                             path=rec.path)
+                await self._ensure_workload(session, rec.workload, at)
+                row = known[key] = tables.TailPositionRow(workload=rec.workload, attempt=rec.attempt,
+                                                          path_key=key[2], path=rec.path)
                 session.add(row)
             row.source, row.inode, row.byte_offset, row.lineno = rec.source, rec.inode, rec.offset, rec.lineno
             row.fingerprint, row.updated_at = rec.fingerprint, when
@@ -420,6 +506,17 @@ class AuditStore:
         except sa_exc.IntegrityError:
             # Another writer inserted the same key first: the rows exist now, so this is an update.
             await self._transaction(lambda session: self._save_tail(session, records, at))
+
+    async def known_workloads(self, workloads: Sequence[str]) -> set[str]:
+        """Which of ``workloads`` the store has a row for (one query per 500): a workload it does not
+        know has no history and no read positions to resume, so tracking it needs no other read."""
+        found: set[str] = set()
+        names = list(dict.fromkeys(workloads))
+        async with self._sessions() as session:
+            for start in range(0, len(names), 500):
+                query = sa.select(tables.Workload.id).where(tables.Workload.id.in_(names[start:start + 500]))
+                found.update((await session.execute(query)).scalars())
+        return found
 
     async def tail_positions(self, workload: str) -> list[TailRecord]:
         """Every saved read position of a workload, oldest attempt first."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from trainguard.detect import straggler
@@ -139,3 +141,24 @@ def test_window_never_holds_more_than_its_bound() -> None:
         peers.add("rank:0", float(index), float(index % 7))
     assert peers.series_count() == 1
     assert max(len(w.samples) for w in peers._series.values()) == straggler.MAX_WINDOW_SAMPLES
+
+
+def test_a_full_window_holds_its_samples_in_a_few_bytes_each() -> None:
+    """An engine with 10,000 workloads holds a window or two per workload: a full window must stay
+    small (flat arrays of doubles, about 24 bytes a sample; tuples of float objects took ~120)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        windows = []
+        for _k in range(50):
+            window = straggler._Window()
+            for i in range(straggler.MAX_WINDOW_SAMPLES):
+                window.add(1_800_000_000.0 + i, 1000.0 + (i * 7919 % 113) / 7)
+            windows.append(window)
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (after - before) / len(windows) < 20_000
+    assert windows[0].median() == statistics.median(windows[0].rates)

@@ -1,0 +1,268 @@
+"""Benchmark: how many concurrent workloads one engine process follows, and how fast it still reacts.
+
+Runs the real ``Engine`` (Monitor mode, the built-in catalog and the default policy) over
+``--workloads N`` opted-in RUNNING jobs of the engine tests' ``FakeScheduler`` (our Scheduler
+Protocol held in memory: the scheduler is not what is measured here), with the real audit store
+(SQLite in a temporary folder, or PostgreSQL with ``--db postgres``) and real output files. A
+separate writer process (this script with ``--writer``) appends one progress line per workload
+per second, so the engine's CPU time is measured apart from the writing. Into a sample of the
+workloads (``--crashes``, spread over the run after a warm-up) the writer writes an Xid 79 line
+and then nothing more for that workload, as a crashed job would.
+
+It prints one JSON object:
+
+- ``workloads``; ``tracked`` (workloads tracked at the end) and ``tracked_after_s`` (start of
+  the engine -> every workload tracked; null when that never happened);
+- ``detect_p50_s`` / ``detect_p99_s``: the crash line written (the writer's clock, just after its
+  write) -> the anomaly recorded (the engine's audit listener). This includes the crash
+  detector's settle window (the policy's ``detection.settle``, 1 s by default), which collects
+  the cascade before concluding; ``detect_missed``: crash lines never turned into an anomaly;
+- ``action_p50_s`` / ``action_p99_s``: the anomaly recorded -> the outcome of its advice (in
+  Monitor mode the executor records the action it would have issued, ``skipped: monitor mode``);
+- ``rss_mb`` (resident memory at the end), ``rss_peak_mb``; ``cpu_cores``: the engine process's
+  CPU seconds per wall second over the second half of the run (steady state), and
+  ``cpu_cores_all`` over the whole run;
+- ``unreadable``: workloads whose output cannot be read (e.g. the descriptor limit), as the
+  engine reports them; ``lines_written`` by the writer.
+
+    .venv/bin/python benchmarks/scale.py --workloads 1000 --minutes 1
+    .venv/bin/python benchmarks/scale.py --workloads 10000 --minutes 10 --db postgres
+
+With ``--db postgres`` the database is ``$TG_PG_URL`` (after ``hack/local-postgres.sh up``,
+``source .local/postgres/env``); workload names carry a run id, so earlier runs' rows do not mix in.
+Exit 0 after a complete run, 2 on a setup error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support import fake_scheduler  # noqa: E402  (the repository root must be importable first)
+from trainguard import engine as engine_mod  # noqa: E402
+from trainguard import settings as settings_mod  # noqa: E402
+from trainguard.detect import catalog as catalog_mod  # noqa: E402
+from trainguard.model import clock, vocab, workloads  # noqa: E402
+from trainguard.policy import loader  # noqa: E402
+from trainguard.store import database  # noqa: E402
+
+POLICY = """
+apiVersion: trainguard.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: bench}
+spec:
+  mode: Monitor
+"""
+"""The default policy (Monitor mode, 1 s settle window), under a name of this benchmark."""
+
+XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
+"""The injected crash line: a kernel Xid as the training process's output shows it."""
+NODES = 64
+
+
+def _progress(step: int) -> str:
+    return f"[rank0]: step {step} | loss 2.{step % 97:02d} | 1{step % 7}00.0 samples/s\n"
+
+
+# ---------------------------------------------------------------------------------------- writer
+
+
+def writer(folder: Path, count: int, seconds: float, crashes: list[tuple[float, int]], report: Path) -> None:
+    """Append one progress line per workload per second for ``seconds``; at each ``(offset, index)``
+    write the crash line into workload ``index`` and stop writing it. Each crash's write time goes
+    to ``report`` (one JSON line) as soon as it is written."""
+    start = time.time()
+    pending = sorted(crashes)
+    dead: set[int] = set()
+    step = 0
+    written = 0
+    with report.open("a", encoding="utf-8") as out:
+        while time.time() - start < seconds:
+            tick = start + step
+            for index in range(count):
+                if index in dead:
+                    continue
+                with (folder / f"{index}.out").open("a", encoding="utf-8") as handle:
+                    handle.write(_progress(step))
+                written += 1
+            while pending and time.time() - start >= pending[0][0]:
+                _, index = pending.pop(0)
+                with (folder / f"{index}.out").open("a", encoding="utf-8") as handle:
+                    handle.write(XID_79 + "\n")
+                dead.add(index)
+                out.write(json.dumps({"crash": index, "at": time.time()}) + "\n")
+                out.flush()
+            step += 1
+            delay = tick + 1.0 - time.time()
+            if delay > 0:
+                time.sleep(delay)
+        out.write(json.dumps({"lines_written": written}) + "\n")
+
+
+# ---------------------------------------------------------------------------------------- engine
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return round(values[0], 3)
+    return round(statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1], 3)
+
+
+async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    run_id = f"{os.getpid()}-{int(time.time())}"
+    if args.db == "postgres":
+        url = os.environ.get("TG_PG_URL")
+        if not url:
+            raise SystemExit("--db postgres needs TG_PG_URL (hack/local-postgres.sh up; source .local/postgres/env)")
+    else:
+        url = f"sqlite+aiosqlite:///{folder / 'audit.db'}"
+    store = await database.open_store(url)
+    scheduler = fake_scheduler.FakeScheduler(nodes=[f"node{i}" for i in range(NODES)])
+    anomaly_at: dict[str, float] = {}
+    outcome_at: dict[str, float] = {}
+
+    async def listener(kind: str, workload: str, payload: dict[str, object]) -> None:
+        if kind == vocab.AuditKind.ANOMALY:
+            anomaly_at.setdefault(workload, time.time())
+        elif kind == vocab.AuditKind.OUTCOME:
+            outcome_at.setdefault(workload, time.time())
+
+    engine = engine_mod.Engine(
+        scheduler, store, loader.parse_text(POLICY, "benchmark policy"), catalog_mod.load_catalog(),
+        clock_=clock.SystemClock(), settings=settings_mod.EngineSettings(), listeners=[listener],
+    )
+    started = time.time()
+    names = [f"slurm/bench-{run_id}/{i}" for i in range(args.workloads)]
+    for i, name in enumerate(names):
+        path = folder / f"{i}.out"
+        path.touch()
+        scheduler.jobs[str(i)] = workloads.JobSnapshot(
+            workload=name, job_id=str(i), name=f"train-{i}", state=workloads.JobState.RUNNING,
+            nodes=[f"node{i % NODES}", f"node{(i + 1) % NODES}"], comment="trainguard policy=bench",
+            stdout_path=str(path), started_at=started,
+        )
+    seconds = args.minutes * 60.0
+    rng = random.Random(args.seed)
+    sample = rng.sample(range(args.workloads), min(args.crashes, args.workloads))
+    warm = min(seconds / 3, 60.0)
+    crashes = [(warm + (seconds - warm - 5.0) * (k + 0.5) / len(sample), index) for k, index in enumerate(sample)]
+    report = folder / "writer.jsonl"
+    report.touch()
+    plan = folder / "crashes.json"
+    plan.write_text(json.dumps(crashes))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--writer", str(folder), "--workloads", str(args.workloads),
+        "--minutes", str(args.minutes),
+    )
+    stop = asyncio.Event()
+    cpu0, t0 = _cpu_s(), time.time()
+    task = asyncio.create_task(engine.run(stop))
+    tracked_after: float | None = None
+    half: tuple[float, float] | None = None
+    while time.time() - t0 < seconds:
+        await asyncio.sleep(0.2)
+        ready = sum(1 for rt in engine.runtimes.values() if rt.ready)
+        if tracked_after is None and ready >= args.workloads:
+            tracked_after = time.time() - t0
+        if half is None and time.time() - t0 >= seconds / 2:
+            half = (_cpu_s(), time.time())
+    await asyncio.sleep(3.0)  # the last crash's settle window and decision
+    cpu1, t1 = _cpu_s(), time.time()
+    unreadable = len(getattr(engine, "unreadable", {}) or {})
+    tracked = sum(1 for rt in engine.runtimes.values() if rt.ready)
+    rss = _rss_mb()
+    stop.set()
+    await asyncio.wait_for(task, timeout=120)
+    await store.close()
+    await asyncio.wait_for(proc.wait(), timeout=60)
+    written_at: dict[str, float] = {}
+    lines_written = 0
+    for line in report.read_text().splitlines():
+        item = json.loads(line)
+        if "crash" in item:
+            written_at[names[item["crash"]]] = item["at"]
+        else:
+            lines_written = item["lines_written"]
+    detect = [anomaly_at[w] - at for w, at in written_at.items() if w in anomaly_at]
+    action = [outcome_at[w] - anomaly_at[w] for w in written_at if w in anomaly_at and w in outcome_at]
+    h_cpu, h_t = half if half is not None else (cpu0, t0)
+    return {
+        "workloads": args.workloads,
+        "minutes": args.minutes,
+        "db": args.db,
+        "tracked": tracked,
+        "tracked_after_s": round(tracked_after, 2) if tracked_after is not None else None,
+        "detect_p50_s": _quantile(detect, 0.5),
+        "detect_p99_s": _quantile(detect, 0.99),
+        "detect_max_s": round(max(detect), 3) if detect else None,
+        "crashes": len(written_at),
+        "detect_missed": len(written_at) - len(detect),
+        "action_p50_s": _quantile(action, 0.5),
+        "action_p99_s": _quantile(action, 0.99),
+        "rss_mb": round(rss, 1),
+        "rss_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "cpu_cores": round((cpu1 - h_cpu) / max(t1 - h_t, 1e-9), 3),
+        "cpu_cores_all": round((cpu1 - cpu0) / max(t1 - t0, 1e-9), 3),
+        "unreadable": unreadable,
+        "lines_written": lines_written,
+        "nofile_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", type=int, default=1000)
+    parser.add_argument("--minutes", type=float, default=1.0)
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--crashes", type=int, default=20, help="workloads that get a crash line (default 20)")
+    parser.add_argument("--seed", type=int, default=15)
+    parser.add_argument("--workdir", type=Path, default=None, help="where the output files go (default: a temp dir)")
+    parser.add_argument("--writer", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.writer is not None:
+        crashes = [(float(a), int(b)) for a, b in json.loads((args.writer / "crashes.json").read_text())]
+        writer(args.writer, args.workloads, args.minutes * 60.0, crashes, args.writer / "writer.jsonl")
+        return 0
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    with tempfile.TemporaryDirectory(prefix="tg-scale-", dir=args.workdir) as tmp:
+        try:
+            result = asyncio.run(run(args, Path(tmp)))
+        except (database.StoreError, OSError) as exc:
+            print(f"scale: {exc}", file=sys.stderr)
+            return 2
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
