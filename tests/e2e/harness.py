@@ -243,6 +243,21 @@ def wait_audit(runner: Trainguard, job_id: str, predicate: Callable[[list[dict[s
         time.sleep(0.5)
 
 
+def xid_job_until(cluster: SlurmCluster, runner: Trainguard, workdir: Path, *, job_name: str, policy: str,
+                  kind: str, timeout: float) -> tuple[str, list[dict[str, Any]]]:
+    """A two-node job of ``policy`` whose rank 1 fails with an Xid at step 15, run until it is final and the
+    audit trail holds a ``kind`` record of attempt 0: its job id and audit records (the job is cancelled
+    if anything fails on the way). The Monitor-mode scenarios that check what follows one crash start so."""
+    job_id = submit(cluster, workdir, job_name=job_name, nodes=2, steps=100, step_time=0.1, log_every=5,
+                    fault="xid", fault_rank=1, fault_step=15, comment=f"trainguard policy={policy}")
+    try:
+        wait_job(cluster, job_id, is_final, timeout=timeout, what="final", runner=runner, workdir=workdir)
+        records = wait_audit(runner, job_id, lambda rs: bool(of_kind(rs, kind, 0)), timeout=60, what=kind)
+    finally:
+        cancel_if_active(cluster, job_id)
+    return job_id, records
+
+
 def final_and_restarted(times: int) -> JobPredicate:
     def check(job: dict[str, str]) -> bool:
         return job.get("JobState") in FINAL_STATES and int(job.get("Restarts", "0")) >= times

@@ -50,16 +50,8 @@ def test_a_real_failure_replays_exactly_and_backtests_under_a_changed_policy(
 ) -> None:
     runner, policy_name = start_trainguard("monitor", "journal")
     workdir = e2e_dir / "jobs"
-    job_id = harness.submit(slurm_cluster, workdir, job_name="e2e-journal", nodes=2, steps=100, step_time=0.1,
-                            log_every=5, fault="xid", fault_rank=1, fault_step=15,
-                            comment=f"trainguard policy={policy_name}")
-    try:
-        harness.wait_job(slurm_cluster, job_id, harness.is_final, timeout=JOB_TIMEOUT, what="final",
-                         runner=runner, workdir=workdir)
-        records = harness.wait_audit(runner, job_id, lambda rs: bool(harness.of_kind(rs, "advice", 0)), timeout=60,
-                                     what="advice")
-    finally:
-        harness.cancel_if_active(slurm_cluster, job_id)
+    job_id, records = harness.xid_job_until(slurm_cluster, runner, workdir, job_name="e2e-journal", policy=policy_name,
+                                            kind="advice", timeout=JOB_TIMEOUT)
     [advice] = harness.of_kind(records, "advice", 0)
     assert advice["payload"]["action"] == "requeue", harness.diagnosis(runner, workdir, job_id)
 

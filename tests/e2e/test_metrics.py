@@ -46,16 +46,8 @@ def test_metrics_of_a_real_runner_follow_its_audit_trail_and_feed_the_dashboard(
 ) -> None:
     runner, policy = start_trainguard("monitor", "metrics")
     workdir = e2e_dir / "jobs"
-    job_id = harness.submit(slurm_cluster, workdir, job_name="e2e-metrics", nodes=2, steps=100, step_time=0.1,
-                            log_every=5, fault="xid", fault_rank=1, fault_step=15,
-                            comment=f"trainguard policy={policy}")
-    try:
-        harness.wait_job(slurm_cluster, job_id, harness.is_final, timeout=JOB_TIMEOUT, what="final",
-                         runner=runner, workdir=workdir)
-        records = harness.wait_audit(runner, job_id, lambda rs: bool(harness.of_kind(rs, "outcome", 0)), timeout=60,
-                                     what="outcome")
-    finally:
-        harness.cancel_if_active(slurm_cluster, job_id)
+    job_id, records = harness.xid_job_until(slurm_cluster, runner, workdir, job_name="e2e-metrics", policy=policy,
+                                            kind="outcome", timeout=JOB_TIMEOUT)
 
     samples = scrape(runner)
     verdict = harness.of_kind(records, "verdict", 0)[0]["payload"]

@@ -12,37 +12,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import sys
 from typing import TYPE_CHECKING, Any
 
 from trainguard.cli import common
 from trainguard.model import vocab
-from trainguard.store import location
 
 if TYPE_CHECKING:
     from trainguard.store import audit
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def timestamp(text: str) -> datetime.datetime:
-    """An ISO 8601 argument as an aware datetime (no offset means UTC); also used by ``patterns fired``."""
-    try:
-        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected an ISO 8601 time such as 2026-11-29T16:00:00Z, got {text!r}") from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
 
 
 def add_parser(sub: Any) -> None:
@@ -50,14 +28,12 @@ def add_parser(sub: Any) -> None:
         "audit", help="print the audit log (detections, verdicts, advice, actions, outcomes)",
         description="Print the audit log, oldest first. Read-only: the database is never created or changed.",
     )
-    parser.add_argument("--db", metavar="URL",
-                        help="database URL (default: as `trainguard run` resolves it: TRAINGUARD_DB_URL, "
-                        f"TRAINGUARD_DB_URL_FILE, TRAINGUARD_HOME, else {location.DEFAULT_DB_URL})")
+    common.add_db_argument(parser)
     parser.add_argument("--workload", metavar="ID", help="only records of this workload")
     parser.add_argument("--kind", choices=[k.value for k in vocab.AuditKind], help="only records of this kind")
-    parser.add_argument("--since", type=timestamp, metavar="ISO",
+    parser.add_argument("--since", type=common.timestamp, metavar="ISO",
                         help="only records at or after this time (ISO 8601; no offset means UTC)")
-    parser.add_argument("--limit", type=_positive, metavar="N", help="only the N most recent matching records")
+    parser.add_argument("--limit", type=common.positive, metavar="N", help="only the N most recent matching records")
     parser.add_argument("--format", choices=("json", "text"), default="text",
                         help="json: one JSON object per line; text: one aligned line per record (default)")
     parser.set_defaults(func=run)

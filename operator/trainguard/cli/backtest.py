@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.cli import common
-from trainguard.cli.audit import timestamp
-from trainguard.store import location
 
 
 def add_parser(sub: Any) -> None:
@@ -34,12 +32,10 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--policy", required=True, type=Path, metavar="NEW.yaml",
                         help="the changed policy file (RecoveryPolicy documents)")
-    parser.add_argument("--since", type=timestamp, metavar="ISO", help="decisions at or after this time")
-    parser.add_argument("--until", type=timestamp, metavar="ISO", help="decisions at or before this time")
+    parser.add_argument("--since", type=common.timestamp, metavar="ISO", help="decisions at or after this time")
+    parser.add_argument("--until", type=common.timestamp, metavar="ISO", help="decisions at or before this time")
     parser.add_argument("--workload", metavar="ID", help="only this workload's decisions")
-    parser.add_argument("--db", metavar="URL",
-                        help="database URL (default: as `trainguard run` resolves it: TRAINGUARD_DB_URL, "
-                        f"TRAINGUARD_DB_URL_FILE, TRAINGUARD_HOME, else {location.DEFAULT_DB_URL})")
+    common.add_db_argument(parser)
     parser.add_argument("--all", action="store_true", help="print every decision, not only those that differ")
     parser.add_argument("--format", choices=("json", "table"), default="table",
                         help="json: one object per line, the summary last; table: aligned text (default)")

@@ -1,4 +1,5 @@
-"""What several sub-commands share: loading the pattern catalog with operator files, and reporting problems.
+"""What several sub-commands share: loading the pattern catalog with operator files, reporting problems,
+and the arguments of the read-only commands over the audit database (``--db``, times, counts).
 
 Every command that takes ``--patterns-file`` (detect, scan, patterns, run, operator) loads the
 catalog here, so a missing file, a YAML syntax error or an invalid pattern is one line on stderr
@@ -8,10 +9,14 @@ and exit code 2, as a policy error is — never a traceback, never a different w
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from trainguard.store import location
 
 if TYPE_CHECKING:
     from trainguard.detect import catalog as catalog_mod
@@ -50,3 +55,31 @@ def database_url(command: str, given: str | None) -> str | None:
     except config.ConfigError as exc:
         error(command, str(exc))
         return None
+
+
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    """``--db URL`` of a read-only command over the audit database (resolved by ``database_url``)."""
+    parser.add_argument("--db", metavar="URL",
+                        help="database URL (default: as `trainguard run` resolves it: TRAINGUARD_DB_URL, "
+                        f"TRAINGUARD_DB_URL_FILE, TRAINGUARD_HOME, else {location.DEFAULT_DB_URL})")
+
+
+def positive(text: str) -> int:
+    """An argument that must be a whole number >= 1 (a count or a limit)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def timestamp(text: str) -> datetime.datetime:
+    """An ISO 8601 argument as an aware datetime (no offset means UTC, as the API's times)."""
+    try:
+        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 time such as 2026-11-29T16:00:00Z, got {text!r}") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)

@@ -17,9 +17,7 @@ import sys
 import time
 from typing import Any
 
-from trainguard.cli import audit as audit_cli
 from trainguard.cli import common
-from trainguard.store import location
 
 
 def _seconds(text: str) -> float:
@@ -41,10 +39,8 @@ def add_parser(sub: Any) -> None:
         "split into work lost since the last checkpoint, detection, decision, action and requeue wait; "
         "MTTR, MTBF, and an estimate of the loss without Trainguard where one is honest. Read-only.",
     )
-    parser.add_argument("--db", metavar="URL",
-                        help="database URL (default: as `trainguard run` resolves it: TRAINGUARD_DB_URL, "
-                        f"TRAINGUARD_DB_URL_FILE, TRAINGUARD_HOME, else {location.DEFAULT_DB_URL})")
-    parser.add_argument("--since", type=audit_cli.timestamp, metavar="ISO",
+    common.add_db_argument(parser)
+    parser.add_argument("--since", type=common.timestamp, metavar="ISO",
                         help="only attempts still running at or started after this time (ISO 8601; no offset: UTC)")
     parser.add_argument("--by", choices=goodput.GROUPINGS, default="workload", help="grouping (default: workload)")
     parser.add_argument("--job-timeout", type=_seconds, default=goodput.DEFAULT_JOB_TIMEOUT_S, metavar="SECONDS",

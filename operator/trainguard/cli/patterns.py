@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from trainguard.cli import audit as audit_cli
 from trainguard.cli import common
+from trainguard.cli.common import add_db_argument, timestamp
 from trainguard.detect import catalog as catalogs
 from trainguard.detect import first_cause, hosts, sanitize, static, stream
 from trainguard.detect import matcher as matchers
 from trainguard.model import anomalies, signals, vocab
-from trainguard.store import location
 
 if TYPE_CHECKING:
     from trainguard.store import audit
@@ -77,10 +76,8 @@ def add_parser(sub: Any) -> None:
         description="Count, per pattern id, the recorded anomalies whose evidence cites it, how often it was the "
         "first cause, and on which workloads. Read-only: the database is never created or changed.",
     )
-    fired.add_argument("--db", metavar="URL",
-                       help="database URL (default: as `trainguard run` resolves it: TRAINGUARD_DB_URL, "
-                       f"TRAINGUARD_DB_URL_FILE, TRAINGUARD_HOME, else {location.DEFAULT_DB_URL})")
-    fired.add_argument("--since", type=audit_cli.timestamp, metavar="ISO",
+    add_db_argument(fired)
+    fired.add_argument("--since", type=timestamp, metavar="ISO",
                        help="only anomalies at or after this time (ISO 8601; no offset means UTC)")
     fired.add_argument("--workload", metavar="ID", help="only anomalies of this workload")
     fired.add_argument("--format", choices=("table", "json"), default="table",

@@ -22,16 +22,6 @@ from typing import Any
 from trainguard.cli import common, config
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _share(text: str) -> float:
     try:
         value = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
@@ -58,9 +48,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--format", choices=("table", "json"), default="table",
                         help="json: one JSON object per line (advice rows, then one summary per policy); "
                         "table: aligned text (default)")
-    parser.add_argument("--gpus-per-node", type=_positive, default=8, metavar="N",
+    parser.add_argument("--gpus-per-node", type=common.positive, default=8, metavar="N",
                         help="GPUs per node for the GPU-hours estimate (default 8)")
-    parser.add_argument("--min-scored", type=_positive, default=5, metavar="N",
+    parser.add_argument("--min-scored", type=common.positive, default=5, metavar="N",
                         help="readiness: at least N advice scored other than unknown (default 5)")
     parser.add_argument("--min-agreement", type=_share, default=0.8, metavar="SHARE",
                         help="readiness: agree + would-have-helped share of scored advice (default 0.8)")

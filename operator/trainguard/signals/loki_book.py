@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from trainguard.model import clock as clock_mod
@@ -20,7 +18,6 @@ from trainguard.signals import fileio, sources
 from trainguard.signals.loki import (
     DEFAULT_MAX_LINE,
     DEFAULT_PAGE_LIMIT,
-    NS,
     SOURCE,
     LokiAuth,
     LokiClient,
@@ -28,8 +25,8 @@ from trainguard.signals.loki import (
     LokiLabels,
     LokiReader,
 )
-from trainguard.signals.resume import Start
-from trainguard.signals.tailer import MARKER, TailPosition
+from trainguard.signals.storebook import HASH_CHARS, Out, StoreBook, Stream
+from trainguard.signals.tailer import MARKER
 
 
 def selector(job_label: str, job_id: str, extra: str = "") -> str:
@@ -62,27 +59,7 @@ class Config:
     """Lines held between two reads at most (the oldest are dropped, with a marker)."""
 
 
-BOOK_HASH_CHARS = 16
-BOOK_HASHES_KEPT = 4
-"""Line hashes at the newest time kept in a stored position (16 hex each: the column holds 64)."""
-
-
-@dataclass
-class Stream:
-    """One followed output stream of a workload (its path = the ``path_label`` value of its lines)."""
-
-    path: str
-    source: str
-    consumed: TailPosition | None = None
-    basis: str = ""
-    saved: TailPosition | None = None
-    floor: int = 0
-    """Lines before this time (ns) are not this attempt's, or were read before a restart."""
-    floor_hashes: frozenset[str] = frozenset()
-    """Hashes of lines at exactly ``floor`` handed out before a restart (not to be read again)."""
-    lineno: int = 0
-    lines: dict[int, tuple[int, str]] = field(default_factory=dict)
-    """lineno -> (ns, hash) of the lines of the last read, for ``consume``."""
+BOOK_HASH_CHARS = HASH_CHARS
 
 
 def _book_hash(entry: LokiEntry) -> str:
@@ -90,19 +67,13 @@ def _book_hash(entry: LokiEntry) -> str:
     return hashlib.sha256(raw).hexdigest()[:BOOK_HASH_CHARS]
 
 
-class LokiBook:
+class LokiBook(StoreBook):
     """The followed output of one workload, read from Loki (``signals.sources.LogBook``).
 
     One ``LokiReader`` per book reads the job's selector (catch-up, then tail) in its own task
     from the first ``add`` on; ``read()`` hands its lines to the engine's tailing round.
 
-    Position (a ``tailer.TailPosition``, stored in the tail-position table like a file's):
-    ``offset`` is the time (ns) of the newest line handed to detection, ``inode`` how many lines
-    at exactly that time were handed out, ``fingerprint`` the hashes of (up to four of) them,
-    ``lineno`` the line count. A restarted engine reads from that time again and skips those.
-
-    Attempts: a line belongs to the attempt running at its time, from the scheduler's start
-    time of the attempt on (``place_at_start``, ``attempt_start``), as for the other log store.
+    Position and attempts: as for the other log store (``signals.storebook``).
 
     Node: the host label names the node of a line only for streams that are not the job's shared
     ``StdOut``/``StdErr`` file (per-node files, container logs): the shared file is written by the
@@ -114,11 +85,8 @@ class LokiBook:
 
     def __init__(self, workload: str, job_id: str, clock: clock_mod.Clock, config: Config,
                  client: LokiClient) -> None:
-        self.workload = workload
-        self.job_id = job_id
-        self._clock = clock
+        super().__init__(workload, job_id, clock)
         self._config = config
-        self.files: list[Stream] = []
         self.reader = LokiReader(client, selector(config.labels.job, job_id, config.selector), clock,
                                  labels=config.labels, since_s=config.since_s, page_limit=config.page_limit,
                                  delay_for_s=config.delay_for_s, max_line=config.max_line,
@@ -129,15 +97,6 @@ class LokiBook:
         self.dropped = 0
 
     # -- following -----------------------------------------------------------------------------
-
-    def add(self, path: str, source: str, start: Start | None = None) -> Stream:
-        s = Stream(path, source, basis=start.basis if start is not None else "")
-        if start is not None:
-            self._place(s, start.position)
-        else:
-            s.consumed = TailPosition(path, 0, 0, 0, "")
-        self.files.append(s)
-        return s
 
     def _ensure_reading(self) -> None:
         """Start the reader on the first round that wants lines, once every stream is added and placed:
@@ -153,25 +112,7 @@ class LokiBook:
             self._task.cancel()
             self._task = None
 
-    def _place(self, s: Stream, position: TailPosition) -> None:
-        s.floor = position.offset
-        hashes = position.fingerprint
-        s.floor_hashes = frozenset(hashes[i:i + BOOK_HASH_CHARS] for i in range(0, len(hashes), BOOK_HASH_CHARS))
-        s.lineno = position.lineno
-        s.consumed = position
-
     # -- reading -------------------------------------------------------------------------------
-
-    def _stream_of(self, path: str) -> tuple[Stream, bool]:
-        """The followed stream a line belongs to, and whether it is that stream's own file."""
-        for s in self.files:
-            if path == s.path:
-                return s, True
-        base = os.path.basename(path)
-        for s in self.files:
-            if base and base == os.path.basename(s.path):
-                return s, True
-        return self.files[0], not path
 
     async def read(self) -> list[tuple[Stream, list[signals.LogLine]]]:
         """The lines the reader collected since the last round, each charged to its stream."""
@@ -181,7 +122,7 @@ class LokiBook:
         pending = self.reader.drain_entries()
         if not self.files:
             return []
-        out: dict[int, list[signals.LogLine]] = {id(s): [] for s in self.files}
+        out: Out = {id(s): [] for s in self.files}
         if self.reader.overflow:
             self._line(self.files[0], out, f"{MARKER} {self.reader.overflow} log-store lines dropped (more than "
                        f"{self._config.max_buffer} waiting)")
@@ -190,39 +131,13 @@ class LokiBook:
             labels = dict(entry.stream)
             s, own = self._stream_of(labels.get(self._config.path_label, ""))
             digest = _book_hash(entry)
-            if entry.ns < s.floor or (entry.ns == s.floor and digest in s.floor_hashes):
+            if self._read_before(s, entry.ns, digest):
                 continue
             host = labels.get(self._config.labels.host) or None
             for part in line.text.split("\n"):
                 self._line(s, out, part.rstrip("\r"), node=None if own else host, rank=line.rank,
                            key=(entry.ns, digest))
         return [(s, out[id(s)]) for s in self.files]
-
-    def _line(self, s: Stream, out: dict[int, list[signals.LogLine]], text: str, *, node: str | None = None,
-              rank: int | None = None, key: tuple[int, str] | None = None) -> None:
-        s.lineno += 1
-        if key is not None:
-            s.lines[s.lineno] = key
-        out[id(s)].append(signals.LogLine(text=text, lineno=s.lineno, received_at=self._clock.now(), source=s.source,
-                                          node=node, rank=rank))
-
-    def consume(self, f: Stream, line: signals.LogLine) -> None:
-        """``line`` was handed to detection: a restart resumes after it."""
-        key = f.lines.get(line.lineno)
-        old = f.consumed
-        if key is None or old is None:
-            if old is not None:
-                f.consumed = TailPosition(f.path, old.inode, old.offset, line.lineno, old.fingerprint)
-            return
-        ns, digest = key
-        if ns > old.offset:
-            f.consumed = TailPosition(f.path, 1, ns, line.lineno, digest)
-        elif ns == old.offset:
-            full = len(old.fingerprint) >= BOOK_HASH_CHARS * BOOK_HASHES_KEPT
-            hashes = old.fingerprint if full else old.fingerprint + digest
-            f.consumed = TailPosition(f.path, (old.inode or 0) + 1, ns, line.lineno, hashes)
-        else:  # a late line: the position stays at the newest time read
-            f.consumed = TailPosition(f.path, old.inode, old.offset, line.lineno, old.fingerprint)
 
     # -- attempts ------------------------------------------------------------------------------
 
@@ -231,49 +146,8 @@ class LokiBook:
         places them), but reading starts, so that none is missed when the attempt starts."""
         self._ensure_reading()
 
-    def place_at_start(self, started_at: float | None) -> list[tuple[Stream, str]]:
-        if started_at is None:
-            return []
-        at = int(started_at) * NS
-        placed = []
-        for s in self.files:
-            if s.floor < at:
-                s.floor, s.floor_hashes = at, frozenset()
-                s.consumed = TailPosition(s.path, 0, at, s.lineno, "")
-                s.basis = "started_at"
-            placed.append((s, f"{s.path}: Loki lines from {at} ns on (the attempt's start)"))
-        return placed
-
-    def attempt_start(self, path: str, *, attempt: int, running: bool, started_at: float | None,
-                      mine: Sequence[TailPosition], earlier: Sequence[TailPosition]) -> Start | None:
-        lineno = earlier[-1].lineno if earlier else 0
-        if mine:
-            return Start(mine[-1], "stored")
-        if not running:
-            # not started yet: ``place_at_start`` sets its start once it runs
-            return Start(TailPosition(path, 0, int(self._clock.now() * NS), lineno, ""), "pending")
-        if started_at is not None:
-            return Start(TailPosition(path, 0, int(started_at) * NS, lineno, ""), "started_at")
-        if earlier:
-            return Start(earlier[-1], "observed")
-        return Start(TailPosition(path, 0, 0, 0, ""), "first_attempt")
-
-    # -- the rest of the seam ------------------------------------------------------------------
-
-    async def run(self, call: Callable[[], Start]) -> Start | None:
-        """Not used for a log store (no files to look at)."""
-        return None
-
-    def set_basis(self, basis: str) -> None:
-        for s in self.files:
-            s.basis = basis
-
-    def unsaved(self) -> list[Stream]:
-        return [s for s in self.files if s.consumed is not None and s.consumed != s.saved]
-
-    def mark_saved(self, files: list[Stream]) -> None:
-        for s in files:
-            s.saved = s.consumed
+    def _placed_text(self, s: Stream, at: int) -> str:
+        return f"{s.path}: Loki lines from {at} ns on (the attempt's start)"
 
 
 def books(config: Config) -> tuple[sources.BookFactory, LokiClient]:

@@ -21,13 +21,9 @@ message), remembered while a sweep may still read it. A row that becomes searcha
 and is dropped (counted in the log). The window also covers clock skew between the engine and
 the shippers up to that much.
 
-Position (a ``tailer.TailPosition``, stored in the existing tail-position table): ``offset`` is
-the time (ns) of the newest row handed to detection, ``inode`` how many rows at exactly that time
-were handed out, ``fingerprint`` the hashes of (up to four of) those rows, ``lineno`` the line
-count. A restarted engine reads from that time again and skips the rows it had handed out.
-
-Attempts: a row belongs to the attempt running at its time: from the scheduler's start time of
-the attempt on (``place_at_start``, ``attempt_start``), like the file book's attempt boundary.
+Position and attempts: kept as for the Loki source, by ``signals.storebook`` (a row's position is
+its time in ns plus the hashes of the rows handed out at that time; a row belongs to the attempt
+running at its time, from the scheduler's start time of the attempt on).
 
 Rank: ``rank_field`` (default ``rank``), when a row has it, is the rank of the line.
 
@@ -50,25 +46,22 @@ import datetime
 import hashlib
 import json
 import logging
-import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
-from trainguard.signals import fileio, resume, sources
-from trainguard.signals.tailer import MARKER, TailPosition
+from trainguard.signals import fileio, sources
+from trainguard.signals.storebook import NS, Out, StoreBook, Stream
+from trainguard.signals.tailer import MARKER
 
 logger = logging.getLogger(__name__)
 
 KIND = "victorialogs"
-HASHES_KEPT = 4
-"""Row hashes at the newest time kept in a stored position (16 hex each: the column holds 64)."""
-NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -260,36 +253,15 @@ class Client:
                 pending.clear()
 
 
-@dataclass
-class Stream:
-    """One followed output stream of a workload (its path = the ``path_field`` value)."""
-
-    path: str
-    source: str
-    consumed: TailPosition | None = None
-    basis: str = ""
-    saved: TailPosition | None = None
-    floor: int = 0
-    """Rows before this time (ns) are not this attempt's, or were read before a restart."""
-    floor_hashes: frozenset[str] = frozenset()
-    """Hashes of rows at exactly ``floor`` handed out before a restart (not to be read again)."""
-    lineno: int = 0
-    lines: dict[int, tuple[int, str]] = field(default_factory=dict)
-    """lineno -> (time, hash) of the lines of the last read, for ``consume``."""
-
-
-class VictoriaLogsBook:
+class VictoriaLogsBook(StoreBook):
     """The followed output of one workload, read from VictoriaLogs (see the module docstring)."""
 
     kind = KIND
 
     def __init__(self, workload: str, job_id: str, clock: clock_mod.Clock, client: Client) -> None:
-        self.workload = workload
-        self.job_id = job_id
-        self._clock = clock
+        super().__init__(workload, job_id, clock)
         self.client = client
         self._config = client.config
-        self.files: list[Stream] = []
         self._buffer: collections.deque[Row | int] = collections.deque()
         self._seen: dict[tuple[int, str], None] = {}
         self._swept = 0
@@ -305,18 +277,13 @@ class VictoriaLogsBook:
 
     # -- following -----------------------------------------------------------------------------
 
-    def add(self, path: str, source: str, start: resume.Start | None = None) -> Stream:
-        s = Stream(path, source, basis=start.basis if start is not None else "")
-        if start is not None:
-            self._place(s, start.position)
-        else:
-            s.consumed = TailPosition(path, 0, 0, 0, "")
-        self.files.append(s)
+    def _following(self) -> None:
+        """The tail and the sweep start with the first stream (rows before an attempt's start wait in
+        the buffer until ``place_at_start`` places them)."""
         if not self._tasks:
             self._tasks = [asyncio.ensure_future(self._tail_forever()), asyncio.ensure_future(self._sweep_forever())]
             for t, name in zip(self._tasks, ("tail", "sweep"), strict=True):
                 t.set_name(f"victorialogs-{name}:{self.workload}")
-        return s
 
     def close(self) -> None:
         for t in self._tasks:
@@ -327,13 +294,6 @@ class VictoriaLogsBook:
         """After ``close``: until the tail and sweep tasks have ended."""
         await asyncio.gather(*self._closing, return_exceptions=True)
         self._closing = []
-
-    def _place(self, s: Stream, position: TailPosition) -> None:
-        s.floor = position.offset
-        hashes = position.fingerprint
-        s.floor_hashes = frozenset(hashes[i:i + 16] for i in range(0, len(hashes), 16))
-        s.lineno = position.lineno
-        s.consumed = position
 
     def _job_filter(self) -> str:
         return f"{self._config.job_field}:={quote(self.job_id)}"
@@ -423,19 +383,8 @@ class VictoriaLogsBook:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _stream_of(self, row: Row) -> tuple[Stream, bool]:
-        """The followed stream a row belongs to, and whether it is that stream's own file."""
-        for s in self.files:
-            if row.path == s.path:
-                return s, True
-        base = os.path.basename(row.path)
-        for s in self.files:
-            if base and base == os.path.basename(s.path):
-                return s, True
-        return self.files[0], not row.path
-
     async def read(self) -> list[tuple[Stream, list[signals.LogLine]]]:
-        out: dict[int, list[signals.LogLine]] = {id(s): [] for s in self.files}
+        out: Out = {id(s): [] for s in self.files}
         for s in self.files:
             s.lines = {}
         if not self.files:
@@ -444,103 +393,35 @@ class VictoriaLogsBook:
         now = self._clock.now()
         if self.overflowed:
             self._line(self.files[0], out, f"{MARKER} {self.overflowed} log-store rows dropped: more than "
-                       f"{self._config.max_buffer} waited to be read", None, key=None, now=now)
+                       f"{self._config.max_buffer} waited to be read", now=now)
             self.overflowed = 0
         while self._buffer:
             item = self._buffer.popleft()
             if isinstance(item, int):
                 s = self.files[0]
                 self._line(s, out, f"{MARKER} {item} bytes of log-store rows dropped (too long or not JSON)",
-                           None, key=None, now=now)
+                           now=now)
                 continue
-            s, own = self._stream_of(item)
+            s, own = self._stream_of(item.path)
             ns, digest = item.key
-            if ns < s.floor or (ns == s.floor and digest in s.floor_hashes):
+            if self._read_before(s, ns, digest):
                 continue
             text = item.message
             if len(text) > self._config.max_line:
                 text = f"{text[:self._config.max_line]} {MARKER} {len(text) - self._config.max_line} characters of " \
                        "this line dropped"
             for part in text.split("\n"):
-                self._line(s, out, part.rstrip("\r"), item.host if not own and item.host else None,
+                self._line(s, out, part.rstrip("\r"), node=item.host if not own and item.host else None,
                            key=(ns, digest), now=now, rank=item.rank)
         return [(s, out[id(s)]) for s in self.files]
-
-    def _line(self, s: Stream, out: dict[int, list[signals.LogLine]], text: str, node: str | None, *,
-              key: tuple[int, str] | None, now: float, rank: int | None = None) -> None:
-        s.lineno += 1
-        if key is not None:
-            s.lines[s.lineno] = key
-        out[id(s)].append(signals.LogLine(text=text, lineno=s.lineno, received_at=now, source=s.source, node=node,
-                                          rank=rank))
-
-    def consume(self, f: Stream, line: signals.LogLine) -> None:
-        key = f.lines.get(line.lineno)
-        old = f.consumed
-        if key is None or old is None:
-            if old is not None:
-                f.consumed = TailPosition(f.path, old.inode, old.offset, line.lineno, old.fingerprint)
-            return
-        ns, digest = key
-        if ns > old.offset:
-            f.consumed = TailPosition(f.path, 1, ns, line.lineno, digest)
-        elif ns == old.offset:
-            hashes = old.fingerprint if len(old.fingerprint) >= 16 * HASHES_KEPT else old.fingerprint + digest
-            f.consumed = TailPosition(f.path, (old.inode or 0) + 1, ns, line.lineno, hashes)
-        else:  # a late row: the position stays at the newest time read
-            f.consumed = TailPosition(f.path, old.inode, old.offset, line.lineno, old.fingerprint)
 
     # -- attempts ------------------------------------------------------------------------------
 
     async def observe_ends(self) -> None:
         """No attempt runs: nothing is read (the rows stay buffered until the attempt's start places them)."""
 
-    def place_at_start(self, started_at: float | None) -> list[tuple[Stream, str]]:
-        if started_at is None:
-            return []
-        at = int(started_at) * NS
-        placed = []
-        for s in self.files:
-            if s.floor < at:
-                s.floor, s.floor_hashes = at, frozenset()
-                s.consumed = TailPosition(s.path, 0, at, s.lineno, "")
-                s.basis = "started_at"
-            placed.append((s, f"{s.path}: rows from {format_time(at)} on (the attempt's start)"))
-        return placed
-
-    def attempt_start(self, path: str, *, attempt: int, running: bool, started_at: float | None,
-                      mine: Sequence[TailPosition], earlier: Sequence[TailPosition]) -> resume.Start | None:
-        lineno = earlier[-1].lineno if earlier else 0
-        if mine:
-            return resume.Start(mine[-1], "stored")
-        if not running:
-            # the attempt has not started: ``place_at_start`` sets its start once it runs
-            return resume.Start(TailPosition(path, 0, self._clock_ns(), lineno, ""), "pending")
-        if started_at is not None:
-            return resume.Start(TailPosition(path, 0, int(started_at) * NS, lineno, ""), "started_at")
-        if earlier:
-            return resume.Start(earlier[-1], "observed")
-        return resume.Start(TailPosition(path, 0, 0, 0, ""), "first_attempt")
-
-    def _clock_ns(self) -> int:
-        return int(self._clock.now() * NS)
-
-    # -- the rest of the seam ------------------------------------------------------------------
-
-    async def run(self, call: Callable[[], resume.Start]) -> resume.Start | None:
-        """Not used for a log store (no files to look at)."""
-        return None
-
-    def set_basis(self, basis: str) -> None:
-        for s in self.files:
-            s.basis = basis
-
-    def unsaved(self) -> list[Stream]:
-        return [s for s in self.files if s.consumed is not None and s.consumed != s.saved]
-
-    def mark_saved(self, files: list[Stream]) -> None:
-        for s in files:
-            s.saved = s.consumed
+    def _placed_text(self, s: Stream, at: int) -> str:
+        return f"{s.path}: rows from {format_time(at)} on (the attempt's start)"
 
 
 def _rank(value: object) -> int | None:

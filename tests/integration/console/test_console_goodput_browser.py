@@ -16,25 +16,14 @@ import pytest
 
 from tests.integration.console import test_console_scale_browser as scale
 from tests.integration.store import test_goodput as history
-from trainguard import health as health_mod
-from trainguard.console import web as console_web
-from trainguard.http import api
-from trainguard.http import app as http_app
-from trainguard.store import database
+from trainguard.store import audit
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 
 class Served(scale.Served):
-    async def _start(self) -> str:
-        self.store = await database.open_store(self.db_url)
-        await history.write_history(self.store)
-        health = health_mod.Health()
-        setup = api.mount(api.Fixed(store=self.store), health, listen="127.0.0.1:0", token_file=None,
-                          allow_action=False, operator=False)
-        self.server = await http_app.serve(health, "127.0.0.1:0", setup=setup, routes=console_web.routes())
-        assert self.server is not None
-        return self.server.url
+    async def _seed(self, store: audit.AuditStore) -> None:
+        await history.write_history(store)
 
 
 @pytest.fixture(scope="module")

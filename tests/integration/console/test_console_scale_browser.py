@@ -67,9 +67,13 @@ class Served:
     def call(self, coro: Any, timeout: float = 300.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    async def _seed(self, store: audit.AuditStore) -> None:
+        """The records the pages show (a suite with other records overrides only this)."""
+        await _seed(store)
+
     async def _start(self) -> str:
         self.store = await database.open_store(self.db_url)
-        await _seed(self.store)
+        await self._seed(self.store)
         health = health_mod.Health()
         setup = api.mount(api.Fixed(store=self.store), health, listen="127.0.0.1:0", token_file=None,
                           allow_action=False, operator=False)

@@ -1,14 +1,16 @@
 """The HTTP API suite runs against SQLite (a file in tmp_path) and the local PostgreSQL
-(``postgres_url``, tests/support/postgres.py; a database of its own per test)."""
+(``postgres_url``, tests/support/postgres.py; a database of its own per test); ``store`` is the audit
+store opened on that database for one test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support import postgres
+from trainguard.store import audit, database
 
 BACKENDS = [
     pytest.param("sqlite", marks=[pytest.mark.integration], id="sqlite"),
@@ -28,3 +30,12 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite+aiosqlite:///{tmp_path / 'state' / 'audit.db'}"
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[audit.AuditStore]:
+    opened = await database.open_store(db_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()

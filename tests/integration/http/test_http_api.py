@@ -113,15 +113,6 @@ async def serve(store: audit.AuditStore | None, *, tmp_path: Path | None = None,
 
 
 @pytest.fixture
-async def store(db_url: str) -> AsyncIterator[audit.AuditStore]:
-    opened = await database.open_store(db_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
-
-
-@pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as s:
         yield s

@@ -3,17 +3,15 @@ role may call it (it changes nothing), the answer matches the OpenAPI document, 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from tests.integration.http.test_http_api import READ, Client, check, serve
 from tests.support import journal_replay
 from trainguard.journal import entries
 from trainguard.policy import loader
-from trainguard.store import audit, database
+from trainguard.store import audit
 from trainguard.store import journal as journal_store
 
 NO_RETRIES = """
@@ -22,15 +20,6 @@ kind: RecoveryPolicy
 metadata: {name: train}
 spec: {mode: Action, retries: {maxRetries: 0}}
 """
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[audit.AuditStore]:
-    opened = await database.open_store(db_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def test_a_reader_backtests_a_changed_policy_over_the_journal(store: audit.AuditStore, tmp_path: Path) -> None:

@@ -3,25 +3,13 @@ summary, validated against the served OpenAPI document."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import aiohttp
-import pytest
 
 from tests.integration.http.test_http_api import Client, check, serve
 from trainguard.model import advice, vocab
-from trainguard.store import audit, database
+from trainguard.store import audit
 
 T0 = 1_800_000_000.0
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[audit.AuditStore]:
-    opened = await database.open_store(db_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def test_scorecard_endpoint_scores_monitor_advice_from_the_store(store: audit.AuditStore) -> None:

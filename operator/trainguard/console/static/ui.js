@@ -72,6 +72,21 @@ export function errorBox(err) {
   return h("div", { class: "error", role: "alert" }, `${status}${err && err.message ? err.message : String(err)}`);
 }
 
+// A write action started by a button (undo a drain, switch a mode): the button is off while it runs;
+// the API's answer, or its refusal (403 for a read-only user), is shown in `notice` as it is, and on
+// success the page reloads (the button then comes back as the new state allows).
+export async function act(notice, button, call, done, reload) {
+  button.disabled = true;
+  try {
+    const result = await call();
+    clear(notice, h("div", { class: "ok" }, result.message || done));
+    await reload();
+  } catch (err) {
+    clear(notice, errorBox(err));
+    button.disabled = false;
+  }
+}
+
 export function emptyRow(cols, text) {
   return h("tr", {}, h("td", { colspan: cols, class: "muted" }, text));
 }

@@ -3,23 +3,16 @@
 // answers 403 to a read-only user: that answer is shown as it is.
 
 import * as api from "../api.js";
-import { clear, emptyRow, errorBox, fmtTime, h, list, workloadLink } from "../ui.js";
+import { act, clear, emptyRow, errorBox, fmtTime, h, list, workloadLink } from "../ui.js";
 
 export async function mount(root, _route, { session, onLive }) {
   const body = h("div");
   const notice = h("div", { role: "status" });
   clear(root, h("h1", {}, "Nodes"), notice, body);
 
-  async function undo(node, button) {
-    button.disabled = true;
-    try {
-      const result = await api.post(`/nodes/${encodeURIComponent(node)}/undo-drain`, {});
-      clear(notice, h("div", { class: "ok" }, result.message || `undo of our drain of ${node} requested`));
-      await load();
-    } catch (err) {
-      clear(notice, errorBox(err));
-      button.disabled = false;
-    }
+  function undo(node, button) {
+    return act(notice, button, () => api.post(`/nodes/${encodeURIComponent(node)}/undo-drain`, {}),
+      `undo of our drain of ${node} requested`, load);
   }
 
   async function load() {

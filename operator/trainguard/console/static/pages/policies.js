@@ -3,23 +3,16 @@
 // disabled; if the role is not known the switch is offered and the API's 403 is shown.
 
 import * as api from "../api.js";
-import { clear, errorBox, h, list, modeBadge } from "../ui.js";
+import { act, clear, errorBox, h, list, modeBadge } from "../ui.js";
 
 export async function mount(root, _route, { session, onLive }) {
   const body = h("div");
   const notice = h("div", { role: "status", id: "policy-notice" });
   clear(root, h("h1", {}, "Policies"), notice, body);
 
-  async function switchMode(policy, mode, button) {
-    button.disabled = true;
-    try {
-      const result = await api.post(`/policies/${encodeURIComponent(policy.name)}/mode`, { mode });
-      clear(notice, h("div", { class: "ok" }, result.message || `${policy.name}: mode ${mode}`));
-      await load();
-    } catch (err) {
-      clear(notice, errorBox(err));
-      button.disabled = false;
-    }
+  function switchMode(policy, mode, button) {
+    return act(notice, button, () => api.post(`/policies/${encodeURIComponent(policy.name)}/mode`, { mode }),
+      `${policy.name}: mode ${mode}`, load);
   }
 
   async function load() {
