@@ -24,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import enum
+import functools
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -612,7 +613,7 @@ class Engine:
                 await self._drain(rt)
                 rt.book.set_basis("observed")  # we read up to the attempt's start ourselves
             elif rt.spec is not None:
-                self._place_at_attempt_start(rt, job)
+                await self._place_at_attempt_start(rt, job)
             self._new_detector(rt, job)
             with self.store.grouped() if first else contextlib.nullcontext():  # see _track_all
                 if rt.detector is not None:
@@ -681,7 +682,7 @@ class Engine:
         runtimes = [rt for rt in self.runtimes.values() if rt.ready]
         for rt in runtimes:
             if rt.detector is None and rt.spec is not None and rt.job.state == workloads.JobState.RUNNING:
-                self._place_at_attempt_start(rt, rt.job)
+                await self._place_at_attempt_start(rt, rt.job)
                 self._new_detector(rt, rt.job)  # a policy now covers it (e.g. a RecoveryPolicy appeared)
         # Every file is read concurrently on the pool: a hung file holds up no other workload.
         batches = await asyncio.gather(*(self._read(rt) for rt in runtimes))
@@ -734,9 +735,27 @@ class Engine:
                 rt.book.consume(f, line)  # first: a decision this line brings about stores it as read
                 await self._feed(rt, line)
 
-    def _place_at_attempt_start(self, rt: WorkloadRuntime, job: workloads.JobSnapshot) -> None:
-        """The attempt runs, first seen waiting: its output starts where the files ended before it started."""
-        for _f, how in rt.book.place_at_start(job.started_at):
+    async def _place_at_attempt_start(self, rt: WorkloadRuntime, job: workloads.JobSnapshot) -> None:
+        """The attempt runs, first seen waiting: its output starts where the files ended before it started.
+
+        A job's first run that started while we watched, whose every look came after its start
+        (the listing said PENDING, the file was looked at a moment later, the job had begun
+        printing in between), is placed as first sight of a running first attempt is: from the
+        file itself (mtime, timestamps), else from byte 0. Skipping to our first look would drop
+        the attempt's first lines, e.g. an Xid printed at once."""
+        for f, placed in rt.book.place_at_start(job.started_at):
+            how = placed
+            if (isinstance(f, tailbook.Followed) and f.basis == "unknown" and job.attempt == 0
+                    and job.started_at is not None and job.started_at >= self.started_at):
+                found = await rt.book.run(functools.partial(
+                    resume.running_start, f.path, started_at=job.started_at, previous=None, previous_is_last=False,
+                    now=self.clock.now()))
+                if found is not None:
+                    if found.basis == "unknown":
+                        found = resume.Start(tailer.TailPosition(f.path, None, 0, 0), "first_attempt")
+                    f.tailer.skip_to(found.position)
+                    f.consumed, f.basis = found.position, found.basis
+                    how = f"{f.path} {found.describe()} (every look came after the start of the first run)"
             logger.info("%s attempt %d: reading %s", rt.workload, job.attempt, how)
 
     async def _feed(self, rt: WorkloadRuntime, line: signals.LogLine) -> None:

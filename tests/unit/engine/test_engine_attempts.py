@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from tests.unit.engine import scenario
 from trainguard.model import vocab, workloads
 from trainguard.store import queries
@@ -183,3 +185,25 @@ async def test_the_store_follows_the_jobs_state_and_closes_a_requeued_attempt(
     attempts = await queries.ReadQueries(h.store.sql_engine).attempts(scenario.workload_of("33"))
     assert [(a.attempt, a.state, a.ended_at is not None) for a in attempts] == [
         (0, "REQUEUED", True), (1, "COMPLETED", True)]
+
+
+async def test_a_first_run_that_printed_before_our_first_look_is_read_from_its_start(
+    make_harness: scenario.MakeHarness,
+) -> None:
+    """The listing said PENDING, the job started and printed its Xid, then we looked at the file:
+    every look came after the start. The first run's output is all its own: its first line must be
+    judged, not skipped as if an earlier attempt had written it (seen on a busy CI machine)."""
+    h = await make_harness()
+    start = scenario.START + 1
+    h.clock.advance(2.0)  # the job starts at `start`; our first listing comes a moment later
+    h.submit("41", state=workloads.JobState.PENDING, started_at=start)  # the listing is a little behind
+    h.write("41", *scenario.ranked(0, "iteration 1"), *scenario.ranked(1, scenario.XID_79))
+    os.utime(h.output("41"), (start + 0.5, start + 0.5))  # written by the run, after its start
+    await h.step()  # first sight: pending; the look at the file comes after the start
+    h.change("41", state=workloads.JobState.RUNNING, nodes=["node1", "node2"], started_at=start)
+    await h.step(1.0)
+    await h.settle()
+
+    anomalies = await h.records("41", vocab.AuditKind.ANOMALY)
+    assert [(r.attempt, r.payload["category"], r.payload["suspect_nodes"]) for r in anomalies] == [
+        (0, "gpu_fallen_off_bus", ["node2"])]
