@@ -16,6 +16,7 @@ import aiohttp
 from trainguard.doctor import http
 from trainguard.doctor.logs import vm_version
 from trainguard.doctor.report import Check, fail, ok, warn
+from trainguard.signals.gpu_metrics import node_of
 
 DCGM_SELECTOR = '{__name__=~"DCGM_FI_.*"}'
 
@@ -32,22 +33,6 @@ EVIDENCE_METRICS = (
 throttle reasons); a node without DCGM_FI_DEV_XID_ERRORS has no Xid evidence at all."""
 
 SETTING = "TRAINGUARD_PROMETHEUS_URL / --prometheus-url"
-
-
-def node_of(value: str, nodes: set[str], node_regex: re.Pattern[str] | None = None) -> str | None:
-    """The scheduler node a hostname label value names, as the GPU-evidence source maps it: with
-    ``node_regex``, its first group (or whole match); else the value itself, or its part before the
-    first dot (the exporter may report an FQDN where Slurm uses the short name)."""
-    if node_regex is not None:
-        m = node_regex.search(value)
-        if m is None:
-            return None
-        name = m.group(1) if m.groups() else m.group(0)
-        return name if name in nodes else None
-    if value in nodes:
-        return value
-    short = value.split(".", 1)[0]
-    return short if short in nodes else None
 
 
 async def prometheus(session: aiohttp.ClientSession, url: str, *, hostname_label: str,

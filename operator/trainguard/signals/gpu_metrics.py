@@ -30,7 +30,7 @@ import asyncio
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,22 @@ HARDWARE_XIDS = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 14
 
 THROTTLE_HW_BITS = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
 """Hardware clock-throttle reasons in DCGM's bitmask (nvmlClocksThrottleReasons)."""
+
+
+def node_of(value: str, nodes: Collection[str], node_regex: re.Pattern[str] | None = None) -> str | None:
+    """The scheduler node a hostname label value names: with ``node_regex``, its first group (or
+    whole match); else the value itself, or its part before the first dot (the exporter may report
+    an FQDN where Slurm uses the short name). ``trainguard doctor`` maps label values the same way."""
+    if node_regex is not None:
+        match = node_regex.search(value)
+        if match is None:
+            return None
+        name = match.group(1) if match.groups() else match.group(0)
+        return name if name in nodes else None
+    if value in nodes:
+        return value
+    short = value.split(".", 1)[0]
+    return short if short in nodes else None
 
 
 @dataclass(frozen=True)
@@ -155,17 +171,7 @@ class GpuMetrics:
         return f'{metric}{{{self._label}=~"{escaped}"}}'
 
     def _node_of(self, labels: dict[str, str], nodes: Sequence[str]) -> str | None:
-        value = labels.get(self._label, "")
-        if self._node_re is not None:
-            match = self._node_re.search(value)
-            if match is None:
-                return None
-            value = match.group(1) if match.groups() else match.group(0)
-            return value if value in nodes else None
-        if value in nodes:
-            return value
-        short = value.split(".", 1)[0]
-        return short if short in nodes else None
+        return node_of(labels.get(self._label, ""), nodes, self._node_re)
 
     def _collect(self, nodes: Sequence[str], start: float, end: float) -> tuple[list[evidence.Finding], set[str]]:
         window = f"{max(1, math.ceil(end - start))}s"
