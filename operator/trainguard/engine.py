@@ -528,9 +528,7 @@ class Engine:
             path, started_at=job.started_at, previous=previous, previous_is_last=previous_is_last, now=now))
         if found is None:
             return None
-        if found.basis == "unknown" and job.attempt == 0 and not earlier and (
-            job.started_at is not None and job.started_at >= self.started_at
-        ):
+        if found.basis == "unknown" and not earlier and self._first_run_watched(job):
             # The job's first run started while we were watching and was listed a moment later:
             # the file has no earlier attempt of this job, and it was not written before the start
             # by this job. (A file shared with an older job is told apart by mtime or timestamps.)
@@ -735,6 +733,11 @@ class Engine:
                 rt.book.consume(f, line)  # first: a decision this line brings about stores it as read
                 await self._feed(rt, line)
 
+    def _first_run_watched(self, job: workloads.JobSnapshot) -> bool:
+        """The job's first run (attempt 0) started while this engine was running: its output file
+        holds nothing of an earlier attempt of the job."""
+        return job.attempt == 0 and job.started_at is not None and job.started_at >= self.started_at
+
     async def _place_at_attempt_start(self, rt: WorkloadRuntime, job: workloads.JobSnapshot) -> None:
         """The attempt runs, first seen waiting: its output starts where the files ended before it started.
 
@@ -745,8 +748,7 @@ class Engine:
         the attempt's first lines, e.g. an Xid printed at once."""
         for f, placed in rt.book.place_at_start(job.started_at):
             how = placed
-            if (isinstance(f, tailbook.Followed) and f.basis == "unknown" and job.attempt == 0
-                    and job.started_at is not None and job.started_at >= self.started_at):
+            if isinstance(f, tailbook.Followed) and f.basis == "unknown" and self._first_run_watched(job):
                 found = await rt.book.run(functools.partial(
                     resume.running_start, f.path, started_at=job.started_at, previous=None, previous_is_last=False,
                     now=self.clock.now()))
