@@ -33,8 +33,17 @@ tg_need_root() {
 }
 
 # tg_apt_install PKG...: install the packages that are missing, without starting any
-# system service (temporary policy-rc.d that answers 101 "action forbidden").
+# system service (temporary policy-rc.d that answers 101 "action forbidden"). Calls are serialised
+# by a lock: CI builds the Slurm 24.11 root in the background while the first tier installs its
+# tools, and two installs at once would race on dpkg's lock and on the policy-rc.d file (one
+# removing it while the other's packages still start their daemons).
 tg_apt_install() {
+  mkdir -p /var/lock
+  ( flock 9 && _tg_apt_install_locked "$@" ) 9>/var/lock/trainguard-apt.lock ||
+    tg_die "installing $* failed"
+}
+
+_tg_apt_install_locked() {
   local p missing=() prc=0
   for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -42,14 +51,14 @@ tg_apt_install() {
   [ ${#missing[@]} -eq 0 ] && return 0
   command -v apt-get >/dev/null || tg_die "missing packages ${missing[*]} and no apt-get to install them"
   tg_log "installing ${missing[*]}"
-  apt-get update -qq || tg_die "apt-get update failed"
+  apt-get -o DPkg::Lock::Timeout=600 update -qq || tg_die "apt-get update failed"
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
     chmod +x /usr/sbin/policy-rc.d
     prc=1
   fi
   local rc=0
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
   [ $prc = 1 ] && rm -f /usr/sbin/policy-rc.d
   [ $rc = 0 ] || tg_die "apt-get install ${missing[*]} failed (exit $rc)"
 }
