@@ -9,7 +9,8 @@ evaluated live with ``deploy/argocd/health/.../health.lua`` in Lua 5.1 (``tests/
 - RecoveryPolicy: Action and Accepted -> Healthy; Monitor -> Suspended; a non-portable pattern ->
   Degraded; a spec edited while the operator is down (status of an older generation) -> Progressing;
 - WorkloadRecovery: a job that failed in Monitor mode -> Degraded; a job requeued without its bad
-  node that then completed -> Healthy; its spec edited while the operator is down -> Progressing.
+  node that then completed -> Healthy; a job its owner holds (``sbatch --hold``) -> Suspended; its
+  spec edited while the operator is down -> Progressing.
 
 GitOps: the operator never changes a spec (byte for byte, generation unchanged), its managedFields
 entries never own ``f:spec`` of a RecoveryPolicy, and ``kubectl diff --server-side`` of the applied
@@ -25,6 +26,8 @@ import dataclasses
 import json
 import os
 import secrets
+import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -86,11 +89,45 @@ def policy_yaml(name: str, namespace: str, mode: str, extra: str = "") -> str:
             f"  namespace: {namespace}\nspec:\n  mode: {mode}\n{extra}")
 
 
+class Watch:
+    """``kubectl get -w -o json`` of the namespace's WorkloadRecoveries: every version the server stores,
+    so a short-lived phase (Recovering lasts a few seconds) is seen without polling for it."""
+
+    def __init__(self, api: kube.LocalKube, namespace: str) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.proc = subprocess.Popen(
+            [str(api.kubectl_path), "get", "workloadrecoveries", "-n", namespace, "-w", "-o", "json"],
+            env={**os.environ, "KUBECONFIG": str(api.kubeconfig)}, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+        )
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        decoder, buffer = json.JSONDecoder(), ""
+        for line in self.proc.stdout:
+            buffer += line
+            try:
+                obj, end = decoder.raw_decode(buffer.lstrip())
+            except ValueError:
+                continue
+            self.seen.append(obj)
+            buffer = buffer.lstrip()[end:]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.thread.join(timeout=30)
+
+
 def write_fixtures(run: Run) -> None:
     """testdata/<state>.yaml and health_test.yaml per kind, in Argo CD's resource_customizations layout."""
     for kind, items in run.captured.items():
         directory = argocd.script_path(kind).parent
         (directory / "testdata").mkdir(exist_ok=True)
+        for stale in (directory / "testdata").glob("*.yaml"):
+            stale.unlink()
         tests = []
         for state, obj, health in items:
             path = directory / "testdata" / f"{state}.yaml"
@@ -166,6 +203,7 @@ def test_policies_health_and_ready_condition(run: Run) -> None:
 
 def test_workload_recoveries_health(run: Run) -> None:
     """Monitor: a failed job is Degraded; Action: the requeued job that completed is Healthy."""
+    watch = Watch(run.api, run.namespace)
     failed = run.slurm.submit(JOB_SCRIPT.format(policy=MONITOR, name="tg-argocd-monitor"))
     requeued = run.slurm.submit(JOB_SCRIPT.format(policy=ACTION, name="tg-argocd-action"))
     cluster = run.slurm.scontrol("show", "config").split("ClusterName", 1)[1].split("=", 1)[1].split()[0]
@@ -199,6 +237,16 @@ def test_workload_recoveries_health(run: Run) -> None:
     assert obj["status"]["restarts"] == 1
     assert run.capture("WorkloadRecovery", "healthy", obj).status == "Healthy"
     run.succeeded = obj["metadata"]["name"]
+    # While the requeue was carried out the phase was Recovering. The status writer runs every second,
+    # so on a fast machine the whole recovery can fall between two writes: checked when it was stored.
+    watch.stop()
+    recovering = [o for o in watch.seen if o["metadata"]["name"] == run.succeeded
+                  and (o.get("status") or {}).get("phase") == "Recovering"]
+    if recovering:
+        ready = condition(recovering[0], "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "RecoveryInProgress"), ready
+        assert run.capture("WorkloadRecovery", "progressing-recovering", recovering[0]) == argocd.Health(
+            "Progressing", "Recovering: attempt " + str(recovering[0]["status"]["attempt"]))
 
     # GitOps: the operator created these objects and then only wrote status: spec never changed.
     for item in (recovery(failed), recovery(requeued)):
@@ -211,6 +259,27 @@ def test_workload_recoveries_health(run: Run) -> None:
             else:  # the create: its own object, metadata and spec, never status
                 assert "f:status" not in owned, entry
     assert run.slurm.show(requeued).get("JobState") == "COMPLETED"
+
+
+def test_a_held_job_is_suspended(run: Run) -> None:
+    """A job held by its owner (``sbatch --hold``) waits for a person: Ready=False WorkloadHeld, Suspended."""
+    job_id = run.slurm.submit(JOB_SCRIPT.format(policy=ACTION, name="tg-argocd-held"), "--hold")
+    try:
+        cluster = run.slurm.scontrol("show", "config").split("ClusterName", 1)[1].split("=", 1)[1].split()[0]
+        name = status.object_name(f"slurm/{cluster}/{job_id}")
+
+        def held() -> dict[str, Any]:
+            done = run.api.kubectl("get", "workloadrecovery", name, "-n", run.namespace, "-o", "json")
+            obj: dict[str, Any] = json.loads(done.stdout) if done.returncode == 0 else {}
+            return obj if (obj.get("status") or {}).get("phase") == "Held" else {}
+
+        obj = op.poll("phase Held on the held job", held, WAIT_S, run.diagnose)
+        ready = condition(obj, "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "WorkloadHeld"), ready
+        assert run.capture("WorkloadRecovery", "suspended", obj) == argocd.Health(
+            "Suspended", "Held: the job waits for a release")
+    finally:
+        run.slurm.cancel(job_id)  # never leave a job held
 
 
 def test_operator_never_touches_a_policy_spec_and_apply_shows_no_diff(run: Run) -> None:
