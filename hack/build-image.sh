@@ -11,7 +11,7 @@
 # Steps (each cached under ${TG_IMAGE_CACHE:-~/.cache/trainguard/image}, redone only when its
 # inputs change): debootstrap a minimal Debian 12 (bookworm) root with python3 and python3-venv
 # (base/); download the locked wheels (--require-hashes, binary only: nothing is compiled) and build
-# Trainguard's own wheel (wheels/); copy base/ to rootfs/, create the venv /opt/trainguard in it
+# Trainguard's own wheel (deps/, own/); copy base/ to rootfs/, create the venv /opt/trainguard in it
 # from those wheels alone (chroot, --no-index), add the user trainguard (uid 10001); pack rootfs/
 # with umoci (Debian's package) into oci/ as trainguard:VERSION, entrypoint
 # /opt/trainguard/bin/trainguard, user 10001. Needs root (debootstrap, chroot).
@@ -54,19 +54,25 @@ build_base() {
   echo "$want" > "$base.stamp"
 }
 
-build_wheels() {   # the locked wheels (hash-checked, binary only) and our own wheel
-  local dir=$CACHE/wheels want
-  want="lock=$(sha256sum "$LOCK" | cut -d' ' -f1) src=$(src_hash)"
-  stamp_ok "$dir.stamp" "$want" && return 0
-  rm -rf "$dir" && mkdir -p "$dir"
-  tg_log "downloading the locked wheels"
-  "$PY" -m pip download -q --disable-pip-version-check --only-binary=:all: --require-hashes --no-deps \
-    -r "$LOCK" -d "$dir" || tg_die "pip download of requirements.lock failed"
-  tg_log "building the trainguard wheel"
-  "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$dir" "$TG_REPO_ROOT" ||
-    tg_die "pip wheel failed"
-  cp "$LOCK" "$dir/requirements.lock"
-  echo "$want" > "$dir.stamp"
+build_wheels() {   # the locked wheels (hash-checked, binary only), then our own wheel: cached apart
+  local deps=$CACHE/deps own=$CACHE/own want
+  want="lock=$(sha256sum "$LOCK" | cut -d' ' -f1)"
+  if ! stamp_ok "$deps.stamp" "$want"; then
+    rm -rf "$deps" && mkdir -p "$deps"
+    tg_log "downloading the locked wheels"
+    "$PY" -m pip download -q --disable-pip-version-check --only-binary=:all: --require-hashes --no-deps \
+      -r "$LOCK" -d "$deps" || tg_die "pip download of requirements.lock failed"
+    cp "$LOCK" "$deps/requirements.lock"
+    echo "$want" > "$deps.stamp"
+  fi
+  want="src=$(src_hash)"
+  if ! stamp_ok "$own.stamp" "$want"; then
+    rm -rf "$own" && mkdir -p "$own"
+    tg_log "building the trainguard wheel"
+    "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$own" "$TG_REPO_ROOT" ||
+      tg_die "pip wheel failed"
+    echo "$want" > "$own.stamp"
+  fi
 }
 
 src_hash() {   # what the trainguard wheel is built from
@@ -76,14 +82,14 @@ src_hash() {   # what the trainguard wheel is built from
 
 build_rootfs() {
   local root=$CACHE/rootfs want
-  want="base=$(cat "$CACHE/base.stamp") wheels=$(cat "$CACHE/wheels.stamp") uid=$UID_GID format=1"
+  want="base=$(cat "$CACHE/base.stamp") deps=$(cat "$CACHE/deps.stamp") own=$(cat "$CACHE/own.stamp") uid=$UID_GID format=1"
   stamp_ok "$root.stamp" "$want" && return 0
   safe_remove "$root.partial"
   safe_remove "$root"
   tg_log "installing the venv into a copy of the base root"
   cp -a "$CACHE/base" "$root.partial"
   mkdir -p "$root.partial/tmp/wheels"
-  cp "$CACHE/wheels/"* "$root.partial/tmp/wheels/"
+  cp "$CACHE/deps/"* "$CACHE/own/"* "$root.partial/tmp/wheels/"
   # No network in the root: pip sees only the downloaded wheels; the lock's hashes are checked again.
   chroot "$root.partial" /bin/sh -euc '
     python3 -m venv /opt/trainguard
