@@ -13,7 +13,7 @@
 #
 # Environment: TG_SLURM_ROOT=DIR runs the Slurm tiers against the Slurm of a root made by
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
-# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 skip those
+# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_IMAGE=1 skip those
 # tiers; TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it).
 set -euo pipefail
@@ -110,6 +110,14 @@ fi
 if [ "${TG_SKIP_PROMETHEUS:-0}" != 1 ]; then
   tg_log "hack/local-prometheus.sh install (cached after the first time)"
   hack/local-prometheus.sh install || tg_die "installing Prometheus/VictoriaMetrics failed (TG_SKIP_PROMETHEUS=1 skips those tests)"
+fi
+
+# Container image (tests marked image): built from Debian packages with debootstrap and umoci
+# (hack/build-image.sh, cached in ~/.cache/trainguard/image; minutes cold). Needs root: without it,
+# or with TG_SKIP_IMAGE=1, the image tests skip.
+if [ "${TG_SKIP_IMAGE:-0}" != 1 ] && [ "$(id -u)" = 0 ]; then
+  tg_log "hack/build-image.sh build (cached after the first time)"
+  hack/build-image.sh build >/dev/null || tg_die "building the container image failed (TG_SKIP_IMAGE=1 skips those tests)"
 fi
 
 # ------------------------------------------------------------------ tests

@@ -31,9 +31,14 @@ DEGRADED: Final = "Degraded"
 """WorkloadRecovery: an anomaly is open on the current attempt."""
 CONVERGED: Final = "Converged"
 """WorkloadRecovery: the latest advice generation reached its desired state (or was only recorded)."""
+READY: Final = "Ready"
+"""Both kinds: the summary condition kstatus-style tools (``kubectl wait --for=condition=Ready``, Flux,
+Argo CD's health scripts in ``deploy/argocd``) read. True: the object is in force (RecoveryPolicy) or the
+workload needs nothing from anyone (WorkloadRecovery); False: the reason says what is open. Its
+``observedGeneration``, with ``status.observedGeneration``, tells a stale status from a current one."""
 
 MAX_CONDITIONS: Final = 16
-"""Bound of ``status.conditions``; the list is a map keyed by ``type`` and we define five types."""
+"""Bound of ``status.conditions``; the list is a map keyed by ``type`` and we define six types."""
 
 
 def format_time(value: datetime.datetime) -> str:

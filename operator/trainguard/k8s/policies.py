@@ -191,7 +191,9 @@ def status_of(
         return condition.Condition(type=type_, status=status, reason=why, message=text[:32768],
                                    observed_generation=entry.generation, last_transition_time=since)
 
-    conditions = [make(condition.ACCEPTED, T if accepted else F), make(condition.INVALID, F if accepted else T)]
+    # Ready mirrors Accepted (same reason and message): in force is all a policy can be.
+    conditions = [make(condition.ACCEPTED, T if accepted else F), make(condition.INVALID, F if accepted else T),
+                  make(condition.READY, T if accepted else F)]
     if entry.policy is not None:
         conditions.append(
             make(condition.CONFLICTING, T, NAME_CLASH, conflict) if conflict is not None

@@ -58,6 +58,12 @@ DESIRED_STATE_REACHED: Final = "DesiredStateReached"
 """Converged=True: the scheduler reached the advised state (verified)."""
 ABANDONED: Final = "Abandoned"
 """Converged=False: the watchdog gave up; the workload follows the scheduler's default behaviour."""
+WORKLOAD_HEALTHY: Final = "WorkloadHealthy"
+"""Ready=True: the workload runs (or ended well, or was stopped) and nothing is open or under way."""
+WORKLOAD_HELD: Final = "WorkloadHeld"
+"""Ready=False: the job is held, waiting for a release (by a person, or by the recovery under way)."""
+WORKLOAD_FAILED: Final = "WorkloadFailed"
+"""Ready=False: the job ended in failure and no recovery is under way."""
 
 
 @dataclass(frozen=True)
@@ -274,6 +280,33 @@ def _condition(  # noqa: PLR0917 -- one positional call shape keeps the conditio
     )
 
 
+def _ready(
+    view: WorkloadView, phase: recovery.Phase, conditions: Sequence[condition.Condition],
+) -> tuple[condition.ConditionStatus, str, str]:
+    """Ready: True only when nothing is open, under way or waiting for someone; else why not.
+
+    The first False among the other conditions, then the phase, decides the reason, so ``kubectl
+    wait --for=condition=Ready`` and kstatus-style tools see one summary of the detailed ones."""
+    by_type = {c.type: c for c in conditions}
+    T, F = condition.ConditionStatus.TRUE, condition.ConditionStatus.FALSE
+    resolved = by_type[condition.POLICY_RESOLVED]
+    if resolved.status != T:
+        return F, resolved.reason, resolved.message
+    if phase == recovery.Phase.RECOVERING:
+        return F, RECOVERY_IN_PROGRESS, f"recovery under way (attempt {view.job.attempt + 1})"
+    if phase == recovery.Phase.HELD:
+        return F, WORKLOAD_HELD, "the job is held until it is released"
+    converged = by_type.get(condition.CONVERGED)
+    if converged is not None and converged.reason == ABANDONED and not view.job.state.finished:
+        return F, ABANDONED, converged.message
+    degraded = by_type[condition.DEGRADED]
+    if degraded.status == T:
+        return F, ANOMALY_OPEN, degraded.message
+    if phase == recovery.Phase.FAILED:
+        return F, WORKLOAD_FAILED, f"the job ended in failure ({view.job.state})"
+    return T, WORKLOAD_HEALTHY, f"phase {phase}, nothing open"
+
+
 def project(
     view: WorkloadView,
     previous: recovery.WorkloadRecoveryStatus | None,
@@ -325,6 +358,7 @@ def project(
         else:
             converged = (T, DESIRED_STATE_REACHED, f"{advice.action} generation {advice.generation} verified")
         conditions.append(_condition(before, condition.CONVERGED, *converged, generation, now))
+    conditions.append(_condition(before, condition.READY, *_ready(view, target, conditions), generation, now))
 
     previous_restarts = previous.restarts if previous is not None else 0
     return recovery.WorkloadRecoveryStatus(

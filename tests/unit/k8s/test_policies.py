@@ -53,11 +53,21 @@ def test_status_carries_conditions_generation_and_coverage_and_keeps_transition_
     assert (st.observed_generation, st.covered_workloads) == (4, 3)
     kinds = {c.type: c.status for c in st.conditions}
     true, false = condition.ConditionStatus.TRUE, condition.ConditionStatus.FALSE
-    assert kinds == {condition.ACCEPTED: true, condition.INVALID: false, condition.CONFLICTING: false}
+    assert kinds == {condition.ACCEPTED: true, condition.INVALID: false, condition.CONFLICTING: false,
+                     condition.READY: true}
     later = policies.status_of(entry, (True, policies.VALID, "in force"), 3, st, T0 + datetime.timedelta(hours=1))
     assert later == st
     parsed = policies.parse_status(st.model_dump(mode="json", by_alias=True))
     assert parsed == st
+
+
+def test_ready_mirrors_accepted_with_its_reason_and_generation() -> None:
+    entry = policies.read(obj("llm", {}, generation=2))
+    for verdict in ((True, policies.VALID, "in force"), (False, policies.DUPLICATE_NAME, "taken")):
+        st = policies.status_of(entry, verdict, 0, None, T0)
+        ready = next(c for c in st.conditions if c.type == condition.READY)
+        assert (ready.status == condition.ConditionStatus.TRUE, ready.reason, ready.message) == verdict
+        assert ready.observed_generation == st.observed_generation == 2
 
 
 def made(name: str, namespace: str, created: str) -> policies.Entry:

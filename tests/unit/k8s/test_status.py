@@ -44,6 +44,7 @@ def test_a_running_job_without_records_is_running_with_its_policy_resolved() -> 
     assert types == {
         condition.POLICY_RESOLVED: (condition.ConditionStatus.TRUE, status.POLICY_FOUND),
         condition.DEGRADED: (condition.ConditionStatus.FALSE, status.NO_ANOMALY),
+        condition.READY: (condition.ConditionStatus.TRUE, status.WORKLOAD_HEALTHY),
     }
     assert all(c.observed_generation == 1 and c.last_transition_time == T0 for c in st.conditions)
 
@@ -172,3 +173,37 @@ def test_executor_steps_are_shown_newest_first_and_kept_across_generations() -> 
         (2, "cancel", actions.ActionStatus.DONE), (1, "release", actions.ActionStatus.DONE),
         (1, "requeue_hold", actions.ActionStatus.DONE)]
     assert status.project(second, two, generation=1, now=T0) == two
+
+
+def ready(st: recovery.WorkloadRecoveryStatus) -> tuple[condition.ConditionStatus, str]:
+    found = next(c for c in st.conditions if c.type == condition.READY)
+    assert found.observed_generation == st.observed_generation
+    return found.status, found.reason
+
+
+@pytest.mark.parametrize(("name", "fields", "expected"), [
+    ("no policy", {"mode": None}, (condition.ConditionStatus.FALSE, status.POLICY_NOT_FOUND)),
+    ("anomaly open", {"records": records(("anomaly", ANOMALY), ("verdict", VERDICT))},
+     (condition.ConditionStatus.FALSE, status.ANOMALY_OPEN)),
+    ("recovering", {"job": job(workloads.JobState.FAILED), "recovering": True,
+                    "disposition": vocab.Disposition.PENDING,
+                    "records": records(("anomaly", ANOMALY), ("verdict", VERDICT), ("advice", advice()))},
+     (condition.ConditionStatus.FALSE, status.RECOVERY_IN_PROGRESS)),
+    ("held", {"job": job(workloads.JobState.PENDING, held=True)},
+     (condition.ConditionStatus.FALSE, status.WORKLOAD_HELD)),
+    ("failed, Monitor advice recorded", {
+        "job": job(workloads.JobState.FAILED, exit_code=1), "mode": vocab.Mode.MONITOR,
+        "disposition": vocab.Disposition.MONITORED,
+        "records": records(("anomaly", ANOMALY), ("verdict", VERDICT), ("advice", advice("Monitor")))},
+     (condition.ConditionStatus.FALSE, status.WORKLOAD_FAILED)),
+    ("abandoned on a running job", {
+        "disposition": vocab.Disposition.ABANDONED,
+        "records": records(("advice", advice(action="requeue")))},
+     (condition.ConditionStatus.FALSE, status.ABANDONED)),
+    ("succeeded", {"job": job(workloads.JobState.COMPLETED)},
+     (condition.ConditionStatus.TRUE, status.WORKLOAD_HEALTHY)),
+])
+def test_ready_summarises_the_other_conditions_and_the_phase(
+    name: str, fields: dict[str, Any], expected: tuple[condition.ConditionStatus, str],
+) -> None:
+    assert ready(status.project(view(**fields), None, generation=2, now=T0)) == expected, name
