@@ -6,7 +6,7 @@ tool applies them (``kubectl apply --server-side`` with a field manager of their
 drive WorkloadRecoveries through their states. Each state's object is read back from the server and
 evaluated live with ``deploy/argocd/health/.../health.lua`` in Lua 5.1 (``tests/support/argocd.py``):
 
-- RecoveryPolicy: Action and Accepted -> Healthy; Monitor -> Suspended; a non-portable pattern ->
+- RecoveryPolicy: Action and Accepted -> Healthy; Monitor -> Healthy (advice only); a non-portable pattern ->
   Degraded; a spec edited while the operator is down (status of an older generation) -> Progressing;
 - WorkloadRecovery: a job that failed in Monitor mode -> Degraded; a job requeued without its bad
   node that then completed -> Healthy; a job its owner holds (``sbatch --hold``) -> Suspended; its
@@ -187,8 +187,8 @@ def test_policies_health_and_ready_condition(run: Run) -> None:
         assert (ready["status"], ready["reason"]) == ("True", "Valid"), ready
         assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"] == 1
     assert run.capture("RecoveryPolicy", "healthy", action).status == "Healthy"
-    assert run.capture("RecoveryPolicy", "suspended", monitor) == argocd.Health(
-        "Suspended", "Monitor mode: advice is recorded, nothing is carried out")
+    assert run.capture("RecoveryPolicy", "healthy-monitor", monitor) == argocd.Health(
+        "Healthy", "Monitor mode: advice is recorded, nothing is carried out")
 
     run.apply(INVALID, policy_yaml(INVALID, run.namespace, "Action", (
         "  detection:\n    extraPatterns:\n"

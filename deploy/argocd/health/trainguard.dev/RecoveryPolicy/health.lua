@@ -1,7 +1,9 @@
 -- Argo CD health check for trainguard.dev/RecoveryPolicy (Lua 5.1, as Argo CD's gopher-lua).
 -- Reads what the Trainguard operator writes: status.observedGeneration and the Ready condition
 -- (which mirrors Accepted: in force or not, with the reason). A policy in Monitor mode is in force
--- but only records advice, so it reports Suspended: recovery is switched off on purpose.
+-- and working as intended (Monitor is the default and the usual first weeks of an install): it is
+-- Healthy, and its message says that advice is only recorded. Reporting it as Suspended would make
+-- every Argo CD Application holding a default install look paused.
 local hs = {}
 
 local function condition(conditions, type_)
@@ -50,7 +52,7 @@ if obj.spec ~= nil and obj.spec.mode ~= nil then
   mode = obj.spec.mode
 end
 if mode == "Monitor" then
-  hs.status = "Suspended"
+  hs.status = "Healthy"
   hs.message = "Monitor mode: advice is recorded, nothing is carried out"
   return hs
 end
