@@ -76,3 +76,32 @@ async def test_a_database_in_use_keeps_its_defaults(mysql_db: str) -> None:
         assert collation == "utf8mb4_general_ci"
     finally:
         await again.close()
+
+
+async def test_every_migration_goes_down_to_base_and_up_again(mysql_db: str) -> None:
+    """0010 .. 0001 downgrade and upgrade again on MySQL, where each DDL statement commits on its own."""
+    from alembic import command
+    from alembic import config as alembic_config
+
+    def downgrade(connection: sa.Connection) -> None:
+        cfg = alembic_config.Config()
+        cfg.set_main_option("script_location", str(database._MIGRATIONS))
+        cfg.attributes["connection"] = connection
+        command.downgrade(cfg, "base")
+
+    store = await database.open_store(mysql_db)
+    try:
+        async with store.sql_engine.begin() as conn:
+            await conn.run_sync(downgrade)
+        async with store.sql_engine.connect() as conn:
+            assert await conn.run_sync(database.current_revision) is None
+            tables = (await conn.execute(sa.text("SHOW TABLES"))).scalars().all()
+        assert set(tables) <= {"alembic_version"}
+    finally:
+        await store.close()
+    again = await database.open_store(mysql_db)
+    try:
+        async with again.sql_engine.connect() as conn:
+            assert await conn.run_sync(database.current_revision) == database.head_revision()
+    finally:
+        await again.close()
