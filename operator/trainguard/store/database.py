@@ -85,7 +85,7 @@ def normalise_url(url: str) -> sa.URL:
         parsed = parsed.set(drivername=_ASYNC_DRIVERS[backend])
     if backend in _MYSQL and "charset" not in parsed.query:
         # Without it the driver speaks the server's default character set (latin1 on MariaDB
-        # before 11.6), and a log line outside it cannot be stored.
+        # 10.11), and a log line outside it cannot be stored.
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
     return parsed
 
@@ -179,8 +179,8 @@ def _mysql_text_defaults(connection: Connection) -> None:
     """Before the first migration: make the database's default ``utf8mb4`` with binary collation.
 
     The tables take the database's defaults. A stock MariaDB 10.11 database is latin1 (a log line in
-    another script cannot be stored), and every stock default collation ignores case and trailing
-    spaces, so workloads ``a`` and ``A`` would share one key and a lookup would find the wrong one.
+    another script cannot be stored), and every stock default collation ignores case, so workloads
+    ``a`` and ``A`` would share one key and a lookup would find the wrong one.
     ``utf8mb4_bin`` compares as SQLite and PostgreSQL do. A database already in use (a schema
     revision present) is left alone.
     """
