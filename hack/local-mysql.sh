@@ -58,7 +58,7 @@ cmd_up() {
   if [ ! -d "$DATA/mysql" ]; then
     tg_log "mariadb-install-db into $DATA"
     rm -rf "$DATA"
-    mariadb-install-db --no-defaults --user=root --datadir="$DATA" --auth-root-authentication-method=normal \
+    mariadb-install-db --no-defaults --force --user=root --datadir="$DATA" --auth-root-authentication-method=normal \
       --skip-test-db >"$MY_DIR/install.log" 2>&1 || tg_die "mariadb-install-db failed" "$MY_DIR/install.log"
   fi
   if running; then
