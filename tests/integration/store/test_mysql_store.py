@@ -37,6 +37,17 @@ async def test_replicas_starting_together_migrate_one_fresh_database(mysql_db: s
             await store.close()
 
 
+async def test_a_running_replica_does_not_block_the_next_ones_start(mysql_db: str) -> None:
+    """The migration lock is released when the migration ends: MySQL's named locks belong to the
+    session, and the migrating connection goes back to the pool of a replica that keeps running."""
+    first = await database.open_store(mysql_db)
+    try:
+        second = await asyncio.wait_for(database.open_store(mysql_db), timeout=60)
+        await second.close()
+    finally:
+        await first.close()
+
+
 async def test_a_fresh_database_gets_utf8mb4_with_binary_collation(mysql_db: str) -> None:
     store = await database.open_store(mysql_db)
     try:
