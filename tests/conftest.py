@@ -19,6 +19,7 @@ pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.suppor
 
 SKIP_SWITCHES = {
     "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mysql": "TG_SKIP_MYSQL",
+    "mariadb": "TG_SKIP_MYSQL",
     "victorialogs": "TG_SKIP_VLOGS", "prometheus": "TG_SKIP_PROMETHEUS",
 }
 """Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""

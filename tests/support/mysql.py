@@ -5,8 +5,8 @@
 (``tests.support.services``). ``scratch_database`` creates a database for one test or session
 and drops it afterwards; the URL it yields logs in as the script's application user
 ``trainguard`` with its password, as a production install would, not as root. ``mysql_url`` is
-such a database for the whole session. Tests marked ``mysql`` are skipped only when
-``TG_SKIP_MYSQL=1``.
+such a database for the whole session. Tests marked ``mysql`` (or ``mariadb``, its former name)
+are skipped only when ``TG_SKIP_MYSQL=1``.
 """
 
 from __future__ import annotations
@@ -105,3 +105,11 @@ def mysql_url(mysql_server: MysqlServer) -> Iterator[str]:
     """SQLAlchemy async URL of a database created for this test session (dropped afterwards)."""
     with scratch_database(mysql_server, "tg_session") as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def mariadb_url(mysql_server: MysqlServer) -> str:
+    """The former fixture's value: the server as root, no database (``mysql+aiomysql://root@127.0.0.1:PORT/``).
+
+    Kept for tests written against it; new tests use ``mysql_server`` and ``scratch_database``."""
+    return mysql_server.admin_url
