@@ -29,7 +29,8 @@ It prints one JSON object:
     .venv/bin/python benchmarks/scale.py --workloads 10000 --minutes 10 --db postgres
 
 With ``--db postgres`` the database is ``$TG_PG_URL`` (after ``hack/local-postgres.sh up``,
-``source .local/postgres/env``); workload names carry a run id, so earlier runs' rows do not mix in.
+``source .local/postgres/env``), with ``--db mysql`` ``$TG_MYSQL_URL`` (``hack/local-mysql.sh up``,
+``source .local/mysql/env``); workload names carry a run id, so earlier runs' rows do not mix in.
 Exit 0 after a complete run, 2 on a setup error.
 """
 
@@ -144,6 +145,10 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         url = os.environ.get("TG_PG_URL")
         if not url:
             raise SystemExit("--db postgres needs TG_PG_URL (hack/local-postgres.sh up; source .local/postgres/env)")
+    elif args.db == "mysql":
+        url = os.environ.get("TG_MYSQL_URL")
+        if not url:
+            raise SystemExit("--db mysql needs TG_MYSQL_URL (hack/local-mysql.sh up; source .local/mysql/env)")
     else:
         url = f"sqlite+aiosqlite:///{folder / 'audit.db'}"
     store = await database.open_store(url)
@@ -243,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", type=int, default=1000)
     parser.add_argument("--minutes", type=float, default=1.0)
-    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--db", choices=("sqlite", "postgres", "mysql"), default="sqlite")
     parser.add_argument("--crashes", type=int, default=20, help="workloads that get a crash line (default 20)")
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--workdir", type=Path, default=None, help="where the output files go (default: a temp dir)")

@@ -13,7 +13,7 @@
 #
 # Environment: TG_SLURM_ROOT=DIR runs the Slurm tiers against the Slurm of a root made by
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
-# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_IMAGE=1 skip those
+# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_MYSQL=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_IMAGE=1 skip those
 # tiers; TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it).
 set -euo pipefail
@@ -72,6 +72,8 @@ on_exit() {
   [ "${TG_KEEP_CLUSTER:-0}" = 1 ] && return 0
   cleanup_service hack/local-slurm.sh "${TG_SLURM_DIR:-$TG_REPO_ROOT/.local/slurm${TG_SLURM_ROOT:+-root}}"
   cleanup_service hack/local-postgres.sh "${TG_PG_DIR:-$TG_REPO_ROOT/.local/postgres}"
+  # MySQL/MariaDB audit-store backend (hack/local-mysql.sh; the fixture installs and starts it)
+  cleanup_service hack/local-mysql.sh "${TG_MYSQL_DIR:-$TG_REPO_ROOT/.local/mysql}"
   if [ -x hack/local-kube.sh ]; then
     cleanup_service hack/local-kube.sh "${TG_KUBE_DIR:-$TG_REPO_ROOT/.local/kube}"
   fi

@@ -1,7 +1,7 @@
 """Root conftest: registers the service fixtures and the skip switches for service tiers.
 
 Tests that need the real local Slurm cluster are marked ``slurm``, those that need the local
-PostgreSQL ``postgres``, MariaDB ``mariadb``, those that need the local Kubernetes API ``kube``, a VictoriaLogs
+PostgreSQL ``postgres``, MySQL/MariaDB ``mysql``, those that need the local Kubernetes API ``kube``, a VictoriaLogs
 server ``victorialogs``. They run by default
 (the fixtures start the services); set ``TG_SKIP_SLURM=1``, ``TG_SKIP_POSTGRES=1`` or
 ``TG_SKIP_KUBE=1`` to skip them on a machine that cannot run them.
@@ -13,12 +13,13 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.mariadb",
+pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.mysql",
                   "tests.support.victorialogs",
                   "tests.support.browser", "tests.support.prometheus"]
 
 SKIP_SWITCHES = {
-    "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mariadb": "TG_SKIP_MARIADB",
+    "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mysql": "TG_SKIP_MYSQL",
+    "mariadb": "TG_SKIP_MYSQL",
     "victorialogs": "TG_SKIP_VLOGS", "prometheus": "TG_SKIP_PROMETHEUS",
 }
 """Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""

@@ -4,7 +4,7 @@ Each case runs ``crash_driver.py`` twice against the same database and the same 
 scheduler: first with a SIGKILL at one boundary, then to the end (a restarted operator).
 Afterwards: exactly one effective scheduler action per step (the scheduler's own persisted
 mutation log), a complete audit trail (advice, intent and result of every step, one
-outcome), and no job left held. For SQLite and PostgreSQL.
+outcome), and no job left held. For SQLite, PostgreSQL and MySQL/MariaDB.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import fake_scheduler, postgres
+from tests.support import fake_scheduler, mysql, postgres
 from trainguard.model import actions, vocab, workloads
 from trainguard.store import database
 
@@ -34,10 +34,15 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(params=[pytest.param("sqlite", id="sqlite"),
-                        pytest.param("postgres", marks=pytest.mark.postgres, id="postgres")])
+                        pytest.param("postgres", marks=pytest.mark.postgres, id="postgres"),
+                        pytest.param("mysql", marks=pytest.mark.mysql, id="mysql")])
 def crash_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}"
+        return
+    if request.param == "mysql":
+        with mysql.scratch_database(request.getfixturevalue("mysql_server"), "tg_crash") as url:
+            yield url
         return
     with postgres.scratch_database(request.getfixturevalue("postgres_url"), "tg_crash") as url:
         yield url

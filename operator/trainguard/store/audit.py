@@ -251,7 +251,7 @@ class AuditStore:
 
     @property
     def backend(self) -> str:
-        """``sqlite``, ``postgresql`` or ``mysql``."""
+        """``sqlite``, ``postgresql``, ``mysql`` or ``mariadb`` (a ``mariadb://`` URL)."""
         return self._engine.dialect.name
 
     @property

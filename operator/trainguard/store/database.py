@@ -5,13 +5,24 @@ the store once at start, which runs ``alembic upgrade head`` on the live async e
 new release migrates its own database; ``trainguard audit`` opens it read-only (no
 migration, no file creation). Supported URLs: ``sqlite+aiosqlite:///PATH`` (embedded
 default; WAL, foreign keys on, full fsync so an acknowledged record survives a crash),
-``postgresql+asyncpg://...`` (production) and ``mysql+aiomysql://...``. Plain
-``sqlite:///``, ``postgresql://`` and ``mysql://`` are accepted and mapped to those drivers.
-Every failure to open is a ``StoreError`` whose message carries the URL without its password.
+``postgresql+asyncpg://...`` (production) and ``mysql+aiomysql://...`` (MySQL 8 or MariaDB
+10.11+; ``mariadb+aiomysql://`` and, when the asyncmy package is installed, ``mysql+asyncmy://``
+work too). Plain ``sqlite:///``, ``postgresql://``, ``mysql://`` and ``mariadb://`` are accepted
+and mapped to those drivers. Every failure to open is a ``StoreError`` whose message carries the
+URL without its password.
+
+MySQL/MariaDB specifics (docs/store.md): connections speak ``utf8mb4`` (a URL may still name its
+own ``charset``); transactions run at READ COMMITTED, the isolation the store's code was written
+against on PostgreSQL (each statement sees what others committed before it, so a retry after a
+lost insert race finds the winner's row, and InnoDB takes no gap locks that would turn concurrent
+inserts into deadlocks); and migrations hold a named lock (``GET_LOCK``) for the database, so
+replicas that start together migrate one after the other instead of racing on DDL, which MySQL
+commits statement by statement.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 from typing import Any
 
@@ -36,6 +47,17 @@ while the operator writes."""
 _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg",
                   "mysql": "mysql+aiomysql", "mariadb": "mariadb+aiomysql"}
 _MIGRATIONS = pathlib.Path(__file__).parent / "alembic"
+_MYSQL = ("mysql", "mariadb")
+
+MYSQL_ISOLATION = "READ COMMITTED"
+"""Transaction isolation on MySQL/MariaDB (whose default is REPEATABLE READ); see the module docstring."""
+
+MYSQL_CHARSET = "utf8mb4"
+MYSQL_COLLATION = "utf8mb4_bin"
+"""The default a fresh MySQL/MariaDB audit database is given before its tables are created."""
+
+MIGRATION_LOCK_TIMEOUT_S = 600
+"""How long a replica waits on MySQL/MariaDB for another one's migration to finish (seconds)."""
 
 
 default_db_path = location.default_db_path
@@ -61,6 +83,10 @@ def normalise_url(url: str) -> sa.URL:
         if backend not in _ASYNC_DRIVERS:
             raise StoreError(f"unsupported database {safe_url(parsed)}: use sqlite, postgresql or mysql")
         parsed = parsed.set(drivername=_ASYNC_DRIVERS[backend])
+    if backend in _MYSQL and "charset" not in parsed.query:
+        # Without it the driver speaks the server's default character set (latin1 on MariaDB
+        # 10.11), and a log line outside it cannot be stored.
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
     return parsed
 
 
@@ -113,8 +139,9 @@ def make_engine(url: sa.URL, *, readonly: bool = False) -> AsyncEngine:
             kwargs["poolclass"] = pool.StaticPool
     elif backend == "postgresql":
         kwargs["connect_args"] = {"timeout": CONNECT_TIMEOUT_S}
-    elif backend in ("mysql", "mariadb"):
+    elif backend in _MYSQL:
         kwargs["connect_args"] = {"connect_timeout": int(CONNECT_TIMEOUT_S)}
+        kwargs["isolation_level"] = MYSQL_ISOLATION
     try:
         engine = create_async_engine(url, **kwargs)
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, sa_exc.InvalidRequestError, ImportError) as exc:
@@ -128,7 +155,49 @@ def _upgrade_head(connection: Connection) -> None:
     cfg = alembic_config.Config()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
     cfg.attributes["connection"] = connection
-    command.upgrade(cfg, "head")
+    if connection.dialect.name not in _MYSQL:
+        command.upgrade(cfg, "head")
+        return
+    # MySQL commits each DDL statement on its own, so two replicas migrating one fresh database at
+    # once both create the same tables and one fails. A named lock (per server, so it is named
+    # after the database) makes the second wait and then find the schema at head.
+    name = "trainguard-migrate-" + hashlib.sha256(str(connection.engine.url.database).encode()).hexdigest()[:40]
+    got = connection.execute(sa.text("SELECT GET_LOCK(:name, :timeout)"),
+                             {"name": name, "timeout": MIGRATION_LOCK_TIMEOUT_S}).scalar()
+    if got != 1:
+        raise StoreError(f"another Trainguard has been migrating {safe_url(connection.engine.url)} for "
+                         f"{MIGRATION_LOCK_TIMEOUT_S} s (MySQL lock {name} held)")
+    try:
+        if current_revision(connection) is None:
+            _mysql_text_defaults(connection)
+        command.upgrade(cfg, "head")
+    finally:
+        connection.execute(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": name})
+
+
+def _mysql_text_defaults(connection: Connection) -> None:
+    """Before the first migration: make the database's default ``utf8mb4`` with binary collation.
+
+    The tables take the database's defaults. A stock MariaDB 10.11 database is latin1 (a log line in
+    another script cannot be stored), and every stock default collation ignores case, so workloads
+    ``a`` and ``A`` would share one key and a lookup would find the wrong one.
+    ``utf8mb4_bin`` compares as SQLite and PostgreSQL do. A database already in use (a schema
+    revision present) is left alone.
+    """
+    database = connection.engine.url.database
+    charset, collation = connection.execute(sa.text(
+        "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA "
+        "WHERE SCHEMA_NAME = DATABASE()")).one()
+    if (charset, collation) == (MYSQL_CHARSET, MYSQL_COLLATION):
+        return
+    quoted = connection.dialect.identifier_preparer.quote_identifier(str(database))
+    try:
+        connection.execute(sa.text(f"ALTER DATABASE {quoted} CHARACTER SET {MYSQL_CHARSET} COLLATE {MYSQL_COLLATION}"))
+    except sa_exc.DBAPIError as exc:
+        raise StoreError(
+            f"{safe_url(connection.engine.url)} defaults to {charset}/{collation} and cannot be changed "
+            f"({_first_line(exc)}): create it with CHARACTER SET {MYSQL_CHARSET} COLLATE {MYSQL_COLLATION}, "
+            "or grant ALTER on it") from exc
 
 
 def head_revision() -> str | None:

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from tests.support import prometheus, services, slurm
 from tests.support.doctor import AccountingCluster, BrokenCluster
+from tests.support.mysql import MysqlServer
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +60,7 @@ def cluster_gpu_telemetry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 def _install_slurmdbd() -> None:
-    """slurmdbd from Debian's packages, installed as the MariaDB fixture installs its server."""
+    """slurmdbd from Debian's packages, installed from Debian as hack/local-mysql.sh installs its server."""
     if shutil.which("slurmdbd"):
         return
     if os.geteuid() != 0:
@@ -77,14 +78,14 @@ def _listening(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def slurm_cluster_with_accounting(mariadb_url: str) -> Iterator[AccountingCluster]:
+def slurm_cluster_with_accounting(mysql_server: MysqlServer) -> Iterator[AccountingCluster]:
     """Ports +200 beside the main cluster; slurmdbd on the slurmctld port + 2. A slurmctld configured
     for slurmdbd refuses to start without it (no TRES), so the cluster comes up without accounting
     first (for its munge), then slurmdbd, then the accounting configuration."""
     if os.environ.get("TG_SKIP_SLURM") == "1":
         pytest.skip("TG_SKIP_SLURM=1")
     _install_slurmdbd()
-    database = sa.make_url(mariadb_url)
+    database = sa.make_url(mysql_server.admin_url)
     directory = Path(str(slurm.state_dir()) + "-accounting")
     ctld = int(os.environ.get("TG_SLURM_CTLD_PORT", "16817")) + 200
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SLURMRESTD_"))}

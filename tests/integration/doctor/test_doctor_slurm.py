@@ -150,7 +150,7 @@ def test_console_script_prints_one_json_object(slurm_cluster: slurm.SlurmCluster
 
 
 @pytest.mark.slurm
-@pytest.mark.mariadb
+@pytest.mark.mysql
 def test_names_accounting_without_job_comment(slurm_cluster_with_accounting: AccountingCluster, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """slurmctld storing accounting in a real slurmdbd: without job_comment the opt-in comment is

@@ -338,3 +338,23 @@ async def test_attempt_facts_rebuild_what_a_restarted_engine_needs(db_url: str):
         assert await store.attempt_facts("slurm/test/unknown") == []
     finally:
         await store.close()
+
+
+async def test_ids_differing_by_case_are_distinct_and_text_in_any_script_survives(db_url: str):
+    """Workload ids compare as bytes (as on SQLite and PostgreSQL), and a comment or log line in any
+    script comes back unchanged, on a database created with the server's stock defaults."""
+    store = await database.open_store(db_url)
+    text = "trainguard policy=gpu ✓ 日本語 — Xid 79 🚀"
+    try:
+        await store.upsert_workload(workload="slurm/Train/1", scheduler="slurm", job_id="1", at=T0, comment=text)
+        await store.upsert_workload(workload="slurm/train/1", scheduler="slurm", job_id="2", at=T0, comment="lower")
+        upper, lower = await store.get_workload("slurm/Train/1"), await store.get_workload("slurm/train/1")
+        assert upper is not None and lower is not None
+        assert (upper.job_id, upper.comment) == ("1", text)
+        assert (lower.job_id, lower.comment) == ("2", "lower")
+        await store.record_effect(workload="slurm/Train/1", attempt=0, payload={"line": text}, at=T0)
+        [record] = await store.audit_records(workload="slurm/Train/1")
+        assert record.payload == {"line": text}
+        assert await store.audit_records(workload="slurm/TRAIN/1") == []
+    finally:
+        await store.close()
