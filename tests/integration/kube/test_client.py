@@ -12,6 +12,7 @@ from pathlib import Path
 import kopf
 import pytest
 from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import watch
 
 from tests.support import kube
 from trainguard.k8s import client, operator, recovery
@@ -86,3 +87,18 @@ async def test_custom_object_status_merge_patch_conflict_and_not_found(kube_api:
                                                        recovery.PLURAL, "two")
         assert client.is_not_found(missing.value)
         assert json.loads(missing.value.body)["reason"] == "NotFound"
+
+
+async def test_a_watch_outlives_the_time_bound_of_single_calls(kube_api: kube.LocalKube, namespace: str) -> None:
+    """Streams (watches, followed logs) are bounded by the server's ``timeoutSeconds``, not by the
+    client's bound for single calls: the watch below runs past that bound and ends normally."""
+    async with await client.load_api_client(str(kube_api.kubeconfig)) as api:
+        api.timeout_s = 0.2
+        core = k8s.CoreV1Api(api)
+        await core.create_namespaced_config_map(namespace, client.body_of(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "seen"}, "data": {"k": "v"}}))
+        events = []
+        async with watch.Watch().stream(core.list_namespaced_config_map, namespace, timeout_seconds=2) as stream:
+            async for event in stream:
+                events.append((event["type"], event["object"].metadata.name))
+        assert ("ADDED", "seen") in events
