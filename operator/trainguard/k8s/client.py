@@ -27,6 +27,12 @@ What the library leaves to the caller, and this module settles once:
   model serialisation drops the fraction of a ``MicroTime`` at a whole second;
 - errors: the library raises ``ApiException`` with the HTTP status for every non-2xx answer (it never
   retries by itself); ``status_of``, ``is_conflict``... read it, and ``message_of`` the server's Status.
+
+Kept of the retired hand-written client (``k8s/api.py``) only what the library has no equivalent
+for: turning kopf's ``ConnectionInfo`` into a configuration (the library reads kubeconfigs and the
+in-cluster files, not kopf's login), including writing inline CA/client-key data to private files.
+One difference from it: like kubectl and client-go, the library honours ``HTTPS_PROXY``/``NO_PROXY``
+from the environment.
 """
 
 from __future__ import annotations
@@ -45,8 +51,11 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-__all__ = ["API_ERRORS", "MERGE_PATCH", "ApiClient", "ApiException", "from_connection_info", "load_api_client",
-           "merge_patch"]
+__all__ = [  # ApiException is re-exported: it is what callers catch
+    "API_ERRORS", "JSON_PATCH", "MERGE_PATCH", "TIMEOUT_S", "ApiClient", "ApiException", "body_of", "configuration_of",
+    "from_connection_info", "in_cluster", "is_conflict", "is_gone", "is_not_found", "is_retryable", "load_api_client",
+    "merge_patch", "message_of", "status_of", "to_dict", "verification_failed",
+]
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
