@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import aiohttp
+from kubernetes_asyncio import client as k8s
 
-from trainguard.k8s import api as api_mod
+from trainguard.k8s import client
 from trainguard.model import vocab
 
 logger = logging.getLogger(__name__)
@@ -131,11 +131,12 @@ def event_body(ref: ObjectRef, draft: Draft, now: datetime.datetime) -> dict[str
     }
 
 
-async def post(api: api_mod.Api, ref: ObjectRef, draft: Draft, now: datetime.datetime) -> bool:
+async def post(api: client.ApiClient, ref: ObjectRef, draft: Draft, now: datetime.datetime) -> bool:
     """Post one Event; False (logged) when the API refused or failed. Events are best effort."""
     try:
-        await api.create(api_mod.EVENTS, event_body(ref, draft, now), namespace=ref.namespace)
-    except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
-        logger.warning("could not post Event %s on %s/%s: %s", draft.reason, ref.namespace, ref.name, exc)
+        await k8s.CoreV1Api(api).create_namespaced_event(ref.namespace, client.body_of(event_body(ref, draft, now)))
+    except client.API_ERRORS as exc:
+        logger.warning("could not post Event %s on %s/%s: %s", draft.reason, ref.namespace, ref.name,
+                       client.message_of(exc))
         return False
     return True

@@ -27,17 +27,15 @@ from __future__ import annotations
 import datetime
 import logging
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-import aiohttp
+from kubernetes_asyncio import client as k8s
 
-from trainguard.k8s import api as api_mod
+from trainguard.k8s import client
 from trainguard.model import actions
 from trainguard.model import clock as clock_mod
 
 logger = logging.getLogger(__name__)
-
-LEASES: Final = api_mod.Resource("coordination.k8s.io", "v1", "leases")
 
 
 @dataclass(frozen=True)
@@ -57,15 +55,19 @@ class Timing:
 
 
 def _micro_time(seconds: float) -> str:
+    """A ``metav1.MicroTime`` as the apiserver parses it: always six fraction digits and ``Z``. Sent as
+    a string, since the library would send a datetime as ``isoformat()``, which drops the fraction
+    at a whole second (and the apiserver then refuses the Lease)."""
     return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Elector:
     """One candidate for one Lease."""
 
-    def __init__(self, api: api_mod.Api, namespace: str, name: str, identity: str, *,
+    def __init__(self, api: client.ApiClient, namespace: str, name: str, identity: str, *,
                  clock: clock_mod.Clock, timing: Timing = Timing()) -> None:
         self.api = api
+        self.leases = k8s.CoordinationV1Api(api)
         self.namespace = namespace
         self.name = name
         self.identity = identity
@@ -93,8 +95,8 @@ class Elector:
         now = self.clock.now()
         try:
             self.leading = await self._try(now)
-        except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
-            logger.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+        except client.API_ERRORS as exc:
+            logger.warning("lease %s/%s: %s", self.namespace, self.name, client.message_of(exc))
             if self.leading and now - self._renewed_at >= self.timing.renew_deadline_s:
                 logger.error("lease %s/%s not renewed for %.0f s: stepping down", self.namespace, self.name,
                              now - self._renewed_at)
@@ -105,41 +107,41 @@ class Elector:
 
     async def _try(self, now: float) -> bool:
         try:
-            lease = await self.api.get(LEASES, self.name, self.namespace)
-        except api_mod.ApiError as exc:
-            if exc.status != 404:
+            lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
+        except client.ApiException as exc:
+            if not client.is_not_found(exc):
                 raise
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": self._spec(now, acquire=True, transitions=0)}
             try:
-                await self.api.create(LEASES, body, self.namespace)
-            except api_mod.ApiError as race:
-                if race.status == 409:
+                await self.leases.create_namespaced_lease(self.namespace, client.body_of(body))
+            except client.ApiException as race:
+                if client.is_conflict(race):
                     return False
                 raise
             logger.info("lease %s/%s acquired by %s (new lease)", self.namespace, self.name, self.identity)
             return True
-        spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity") or ""
-        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
+        spec = lease.spec or k8s.V1LeaseSpec()
+        holder = spec.holder_identity or ""
+        record = (holder, spec.renew_time, spec.lease_transitions)
         if record != self._observed:
             self._observed, self._observed_at = record, now
         expired = now - self._observed_at >= self.timing.lease_duration_s
         if holder and holder != self.identity and not expired:
             return False
-        transitions = int(spec.get("leaseTransitions") or 0)
+        transitions = int(spec.lease_transitions or 0)
         taking = holder != self.identity
-        body = {"metadata": {"resourceVersion": (lease.get("metadata") or {}).get("resourceVersion")},
+        body = {"metadata": {"resourceVersion": lease.metadata.resource_version},
                 "spec": self._spec(now, acquire=taking, transitions=transitions + 1 if taking else transitions)}
         try:
-            answer = await self.api.patch(LEASES, self.name, body, self.namespace)
-        except api_mod.ApiError as exc:
-            if exc.status == 409:  # another candidate wrote first
+            answer = await client.merge_patch(self.leases.patch_namespaced_lease, self.name, self.namespace, body=body)
+        except client.ApiException as exc:
+            if client.is_conflict(exc):  # another candidate wrote first
                 return False
             raise
-        new = answer.get("spec") or {}
-        self._observed = (new.get("holderIdentity") or "", new.get("renewTime"), new.get("leaseTransitions"))
+        new = answer.spec or k8s.V1LeaseSpec()
+        self._observed = (new.holder_identity or "", new.renew_time, new.lease_transitions)
         self._observed_at = now
         if taking:
             logger.info("lease %s/%s acquired by %s (was %s)", self.namespace, self.name, self.identity,
@@ -157,15 +159,16 @@ class Elector:
             return
         self.leading = False
         try:
-            lease = await self.api.get(LEASES, self.name, self.namespace)
-            if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+            lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
+            if (lease.spec.holder_identity if lease.spec else None) != self.identity:
                 return
-            body = {"metadata": {"resourceVersion": (lease.get("metadata") or {}).get("resourceVersion")},
+            body = {"metadata": {"resourceVersion": lease.metadata.resource_version},
                     "spec": {"holderIdentity": None}}
-            await self.api.patch(LEASES, self.name, body, self.namespace)
+            await client.merge_patch(self.leases.patch_namespaced_lease, self.name, self.namespace, body=body)
             logger.info("lease %s/%s released by %s", self.namespace, self.name, self.identity)
-        except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
-            logger.warning("lease %s/%s not released (it expires by itself): %s", self.namespace, self.name, exc)
+        except client.API_ERRORS as exc:
+            logger.warning("lease %s/%s not released (it expires by itself): %s", self.namespace, self.name,
+                           client.message_of(exc))
 
 
 class LeaseFence:

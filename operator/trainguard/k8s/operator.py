@@ -42,6 +42,7 @@ from typing import Any, Final
 import aiohttp
 import kopf
 from aiohttp import web
+from kubernetes_asyncio import client as k8s
 from pydantic import ValidationError
 
 from trainguard import engine as engine_mod
@@ -51,8 +52,7 @@ from trainguard.act import ports as act_ports
 from trainguard.detect import catalog as catalog_mod
 from trainguard.http import api as http_api
 from trainguard.http import app as http_app
-from trainguard.k8s import api as api_mod
-from trainguard.k8s import events, lease, policies, recovery, review, slinky, status
+from trainguard.k8s import client, events, lease, policies, recovery, review, slinky, status
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
@@ -67,6 +67,7 @@ REPORT_QUEUE: Final = 10_000
 """Engine records waiting for their Event; bounded so an API outage cannot grow memory without end."""
 GROUP: Final = "trainguard.dev"
 VERSION: Final = "v1alpha1"
+POLICIES: Final = "recoverypolicies"
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,8 @@ class Shell:
     """The running operator's state, captured by the handlers (no module globals)."""
 
     config: OperatorConfig
-    api: api_mod.Api | None = None
+    api: client.ApiClient | None = None
+    """kubernetes_asyncio client with kopf's credentials (``k8s/client.py``); None until started."""
     engine: engine_mod.Engine | None = None
     scheduler: base.Scheduler | None = None
     store: audit.AuditStore | None = None
@@ -251,11 +253,11 @@ class Shell:
             return
         try:
             obj = await self._ensure(rt)
-        except (api_mod.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            logger.warning("%s: cannot update its WorkloadRecovery: %s", workload, exc)
+        except (client.ApiException, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            logger.warning("%s: cannot update its WorkloadRecovery: %s", workload, client.message_of(exc))
             return
         metadata = obj.get("metadata") or {}
-        ref = events.ObjectRef(api_mod.WORKLOAD_RECOVERIES.api_version, recovery.KIND, str(metadata.get("name")),
+        ref = events.ObjectRef(recovery.API_VERSION, recovery.KIND, str(metadata.get("name")),
                                self.config.workload_namespace, metadata.get("uid"))
         draft = events.draft_for(kind, payload)
         if draft is not None:
@@ -274,8 +276,8 @@ class Shell:
             return
         try:
             placements = await slinky.discover(self.api, self.config.slinky_namespace)
-        except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
-            logger.warning("%s: cannot map Slurm nodes to Kubernetes nodes: %s", rt.workload, exc)
+        except client.API_ERRORS as exc:
+            logger.warning("%s: cannot map Slurm nodes to Kubernetes nodes: %s", rt.workload, client.message_of(exc))
             return
         for slurm_node in (str(n) for n in nodes):
             placement = placements.get(slurm_node)
@@ -286,8 +288,8 @@ class Shell:
             reason = slinky.cordon_reason(slurm_node, f"lemon node of {rt.workload}")
             try:
                 result = await slinky.cordon(self.api, placement.kube_node, reason)
-            except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
-                logger.warning("%s: cordon of %s failed: %s", rt.workload, placement.kube_node, exc)
+            except client.API_ERRORS as exc:
+                logger.warning("%s: cordon of %s failed: %s", rt.workload, placement.kube_node, client.message_of(exc))
                 continue
             if result == slinky.Result.DONE:
                 message = f"Kubernetes node {placement.kube_node} (Slurm node {slurm_node}) cordoned: {reason}"
@@ -308,20 +310,20 @@ class Shell:
             obj = observed
             if obj is None:
                 try:
-                    obj = await self.api.get(api_mod.WORKLOAD_RECOVERIES, name, namespace)
-                except api_mod.ApiError as exc:
-                    if exc.status != 404:
+                    obj = await status.get_object(self.api, namespace, name)
+                except client.ApiException as exc:
+                    if not client.is_not_found(exc):
                         raise
             if obj is None:
                 try:
-                    obj = await self.api.create(
-                        api_mod.WORKLOAD_RECOVERIES, status.desired_object(view, namespace), namespace
-                    )
+                    obj = dict(await k8s.CustomObjectsApi(self.api).create_namespaced_custom_object(
+                        recovery.GROUP, recovery.VERSION, namespace, recovery.PLURAL,
+                        status.desired_object(view, namespace)))
                     logger.info("created WorkloadRecovery %s/%s for %s", namespace, name, view.workload)
-                except api_mod.ApiError as exc:
-                    if exc.status != 409:  # AlreadyExists: someone (a retry of ours) was first
+                except client.ApiException as exc:
+                    if not client.is_conflict(exc):  # AlreadyExists: someone (a retry of ours) was first
                         raise
-                    obj = await self.api.get(api_mod.WORKLOAD_RECOVERIES, name, namespace)
+                    obj = await status.get_object(self.api, namespace, name)
             await status.sync_status(self.api, namespace, name, view, now=self.now(), observed=obj, stats=self.stats)
             self.untracked_since.pop(name, None)
             return obj
@@ -334,10 +336,11 @@ class Shell:
         if self.engine is None or self.api is None:
             return
         namespace = self.config.workload_namespace
-        existing = status.names_of(
-            await self.api.list(api_mod.WORKLOAD_RECOVERIES, namespace,
-                                label_selector=f"{status.MANAGED_BY_LABEL}={status.MANAGED_BY}")
-        )
+        objects = k8s.CustomObjectsApi(self.api)
+        listed = await objects.list_namespaced_custom_object(
+            recovery.GROUP, recovery.VERSION, namespace, recovery.PLURAL,
+            label_selector=f"{status.MANAGED_BY_LABEL}={status.MANAGED_BY}")
+        existing = status.names_of(_items(listed))
         tracked: set[str] = set()
         for rt in list(self.engine.runtimes.values()):
             try:
@@ -347,19 +350,21 @@ class Shell:
             tracked.add(name)
             try:
                 await self._ensure(rt, dict(existing[name]) if name in existing else None)
-            except api_mod.ApiError as exc:
-                logger.warning("WorkloadRecovery %s: %s", name, exc)
+            except client.ApiException as exc:
+                logger.warning("WorkloadRecovery %s: %s", name, client.message_of(exc))
         now = self.clock.now()
         for name in set(existing) - tracked:
             since = self.untracked_since.setdefault(name, now)
             if now - since < self.config.retention_s:
                 continue
             try:
-                await self.api.delete(api_mod.WORKLOAD_RECOVERIES, name, namespace)
+                await objects.delete_namespaced_custom_object(recovery.GROUP, recovery.VERSION, namespace,
+                                                              recovery.PLURAL, name)
                 logger.info("deleted WorkloadRecovery %s/%s: job no longer tracked", namespace, name)
-            except api_mod.ApiError as exc:
-                if exc.status != 404:
-                    logger.warning("cannot delete WorkloadRecovery %s/%s: %s", namespace, name, exc)
+            except client.ApiException as exc:
+                if not client.is_not_found(exc):
+                    logger.warning("cannot delete WorkloadRecovery %s/%s: %s", namespace, name,
+                                   client.message_of(exc))
                     continue
             self.untracked_since.pop(name, None)
         await self._policy_statuses()
@@ -382,10 +387,12 @@ class Shell:
             body = {"metadata": {"resourceVersion": entry.resource_version},
                     "status": desired.model_dump(mode="json", by_alias=True)}
             try:
-                answer = await self.api.patch(api_mod.RECOVERY_POLICIES, key[1], body, key[0], subresource="status")
-            except api_mod.ApiError as exc:
+                answer = dict(await client.merge_patch(
+                    k8s.CustomObjectsApi(self.api).patch_namespaced_custom_object_status,
+                    GROUP, VERSION, key[0], POLICIES, key[1], body=body))
+            except client.ApiException as exc:
                 # 409: the object changed since we read it; its watch event brings the new version.
-                logger.info("RecoveryPolicy %s/%s status not written: %s", key[0], key[1], exc)
+                logger.info("RecoveryPolicy %s/%s status not written: %s", key[0], key[1], client.message_of(exc))
                 continue
             if self.book.entries.get(key) is entry:
                 self.book.put(policies.read(answer))
@@ -393,7 +400,7 @@ class Shell:
                 accepted, _, message = verdicts[key]
                 draft = events.Draft(events.NORMAL if accepted else events.WARNING,
                                      events.POLICY_ACCEPTED if accepted else events.POLICY_INVALID, message)
-                ref = events.ObjectRef(api_mod.RECOVERY_POLICIES.api_version, "RecoveryPolicy", key[1], key[0],
+                ref = events.ObjectRef(f"{GROUP}/{VERSION}", "RecoveryPolicy", key[1], key[0],
                                        (answer.get("metadata") or {}).get("uid"))
                 await events.post(self.api, ref, draft, self.now())
 
@@ -416,7 +423,7 @@ class Shell:
     async def start(self, settings: kopf.OperatorSettings) -> None:
         """Open the scheduler, store and API client, load the policies, start the engine."""
         config = self.config
-        self.api = api_mod.Api(api_mod.Credentials.from_connection_info(login(settings)))
+        self.api = client.from_connection_info(login(settings))
         catalog = catalog_mod.load_catalog(extra_files=list(config.patterns_files))
         fallback = None
         env = dict(config.scheduler_env if config.scheduler_env is not None else os.environ)
@@ -515,7 +522,10 @@ class Shell:
 
     async def _list_policies(self, namespace: str | None) -> list[dict[str, Any]]:
         assert self.api is not None
-        return await self.api.list(api_mod.RECOVERY_POLICIES, namespace)
+        objects = k8s.CustomObjectsApi(self.api)
+        if namespace is None:
+            return _items(await objects.list_cluster_custom_object(GROUP, VERSION, POLICIES))
+        return _items(await objects.list_namespaced_custom_object(GROUP, VERSION, namespace, POLICIES))
 
     async def close(self) -> None:
         """Stop the engine (in-flight recoveries finish), give up the Lease, close everything;
@@ -551,13 +561,19 @@ async def _patiently(call: Callable[[], Awaitable[list[dict[str, Any]]]]) -> lis
     while True:
         try:
             return await call()
-        except api_mod.ApiError as exc:
-            if not exc.retryable or waited >= STARTUP_PATIENCE_S:
+        except client.ApiException as exc:
+            if not client.is_retryable(exc) or waited >= STARTUP_PATIENCE_S:
                 raise
-            logger.info("API not ready (%s); retrying in %.1f s", exc, delay)
+            logger.info("API not ready (%s); retrying in %.1f s", client.message_of(exc), delay)
         await asyncio.sleep(delay)
         waited += delay
         delay = min(delay * 2, 5.0)
+
+
+def _items(listed: Any) -> list[dict[str, Any]]:
+    """The objects of a custom-object list answer (a plain dict: the library has no model for CRs)."""
+    items = listed.get("items") if isinstance(listed, dict) else None
+    return [item for item in items or [] if isinstance(item, dict)]
 
 
 def login(settings: kopf.OperatorSettings) -> Any:
@@ -670,9 +686,9 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
         except (kopf.LoginError, database.StoreError, catalog_mod.CatalogError, loader.PolicyError, ValueError,
                 OSError, aiohttp.ClientError) as exc:
             raise StartupError(str(exc)) from exc
-        except api_mod.ApiError as exc:
-            raise StartupError(f"cannot list RecoveryPolicy objects ({exc}); are the CRDs in crds/ applied and "
-                               "the RBAC in manifests/ bound to this identity?") from exc
+        except client.ApiException as exc:
+            raise StartupError(f"cannot list RecoveryPolicy objects ({client.message_of(exc)}); are the CRDs in "
+                               "crds/ applied and the RBAC in manifests/ bound to this identity?") from exc
         await kopf.operator(
             registry=build_registry(shell),
             settings=settings,

@@ -28,6 +28,8 @@ from trainguard.model import actions, vocab
 from trainguard.policy import model as policy_model
 
 API_VERSION: Final = "trainguard.dev/v1alpha1"
+GROUP: Final = "trainguard.dev"
+VERSION: Final = "v1alpha1"
 KIND: Final = "WorkloadRecovery"
 PLURAL: Final = "workloadrecoveries"
 

@@ -22,13 +22,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-import aiohttp
+from kubernetes_asyncio import client as k8s
 
 from trainguard.http import auth
-from trainguard.k8s import api as api_mod
+from trainguard.k8s import client
 
-TOKEN_REVIEWS: Final = "/apis/authentication.k8s.io/v1/tokenreviews"
-ACCESS_REVIEWS: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 TTL_S: Final = 30.0
 CACHE_MAX: Final = 1000
 
@@ -37,7 +35,7 @@ class KubeReviewer:
     """TokenReview + SubjectAccessReview through the operator's API client (``api_of``: None while
     the operator is still starting)."""
 
-    def __init__(self, api_of: Callable[[], api_mod.Api | None], namespace: str | None, *, ttl: float = TTL_S,
+    def __init__(self, api_of: Callable[[], client.ApiClient | None], namespace: str | None, *, ttl: float = TTL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._api_of = api_of
         self.namespace = namespace
@@ -56,21 +54,22 @@ class KubeReviewer:
             raise auth.ReviewUnavailable("the operator is still starting")
         try:
             principal = await self._review(api, token)
-        except (api_mod.ApiError, aiohttp.ClientError, TimeoutError) as exc:
-            raise auth.ReviewUnavailable(f"the Kubernetes API did not answer the review: {exc}") from exc
+        except client.API_ERRORS as exc:
+            raise auth.ReviewUnavailable(f"the Kubernetes API did not answer the review: {client.message_of(exc)}") \
+                from exc
         if len(self._cache) >= CACHE_MAX:
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
         self._cache[key] = (now + self.ttl, principal)
         return principal
 
-    async def _review(self, api: api_mod.Api, token: str) -> auth.Principal | None:
-        answer = await api.request("POST", TOKEN_REVIEWS, body={
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})
-        status = answer.get("status") or {}
-        if not status.get("authenticated"):
+    async def _review(self, api: client.ApiClient, token: str) -> auth.Principal | None:
+        answer = await k8s.AuthenticationV1Api(api).create_token_review(client.body_of(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}))
+        status = answer.status
+        if status is None or not status.authenticated or status.user is None:
             return None
-        user = status.get("user") or {}
-        name = str(user.get("username") or "")
+        user = status.user
+        name = str(user.username or "")
         if not name:
             return None
         if await self._allowed(api, user, "patch"):
@@ -82,16 +81,17 @@ class KubeReviewer:
             raise auth.Forbidden(f"{name} may not list recoverypolicies.trainguard.dev {where}: no read role")
         return auth.Principal(user=f"kube:{name}"[:200], role=role, auth="kubernetes")
 
-    async def _allowed(self, api: api_mod.Api, user: dict[str, Any], verb: str) -> bool:
+    async def _allowed(self, api: client.ApiClient, user: Any, verb: str) -> bool:
+        """``user`` is the TokenReview's ``V1UserInfo``; the review asks for exactly that user."""
         attributes: dict[str, Any] = {"group": "trainguard.dev", "resource": "recoverypolicies", "verb": verb}
         if self.namespace:
             attributes["namespace"] = self.namespace
-        spec: dict[str, Any] = {"user": user.get("username"), "groups": list(user.get("groups") or []),
+        spec: dict[str, Any] = {"user": user.username, "groups": list(user.groups or []),
                                 "resourceAttributes": attributes}
-        if user.get("uid"):
-            spec["uid"] = user["uid"]
-        if user.get("extra"):
-            spec["extra"] = user["extra"]
-        answer = await api.request("POST", ACCESS_REVIEWS, body={
-            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
-        return bool((answer.get("status") or {}).get("allowed"))
+        if user.uid:
+            spec["uid"] = user.uid
+        if user.extra:
+            spec["extra"] = user.extra
+        answer = await k8s.AuthorizationV1Api(api).create_subject_access_review(client.body_of(
+            {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}))
+        return bool(answer.status is not None and answer.status.allowed)

@@ -33,7 +33,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from trainguard.k8s import api as api_mod
+from kubernetes_asyncio import client as k8s
+
+from trainguard.k8s import client
 from trainguard.schedulers import base
 
 logger = logging.getLogger(__name__)
@@ -153,32 +155,36 @@ def uncordon_patch(resource_version: str | None) -> dict[str, Any]:
     return patch
 
 
-async def cordon(api: api_mod.Api, kube_node: str, reason: str) -> Result:
+async def _node(api: client.ApiClient, kube_node: str) -> dict[str, Any]:
+    return client.to_dict(api, await k8s.CoreV1Api(api).read_node(kube_node))
+
+
+async def cordon(api: client.ApiClient, kube_node: str, reason: str) -> Result:
     """Observe, compare, act, verify: cordon ``kube_node`` with our reason unless someone else did."""
-    node = await api.get(api_mod.NODES, kube_node)
+    node = await _node(api, kube_node)
     if is_cordoned(node):
         return Result.ALREADY if is_ours(node) else Result.NOT_OURS
     version = (node.get("metadata") or {}).get("resourceVersion")
-    await api.patch(api_mod.NODES, kube_node, cordon_patch(reason, version))
-    after = await api.get(api_mod.NODES, kube_node)
+    await client.merge_patch(k8s.CoreV1Api(api).patch_node, kube_node, body=cordon_patch(reason, version))
+    after = await _node(api, kube_node)
     if not (is_cordoned(after) and is_ours(after)):
-        raise api_mod.ApiError(409, "NotVerified", f"node {kube_node} is not cordoned by us after the patch")
+        raise client.verification_failed(409, f"NotVerified: node {kube_node} is not cordoned by us after the patch")
     logger.info("cordoned Kubernetes node %s: %s", kube_node, reason)
     return Result.DONE
 
 
-async def uncordon(api: api_mod.Api, kube_node: str) -> Result:
+async def uncordon(api: client.ApiClient, kube_node: str) -> Result:
     """Undo our cordon only: a node cordoned by someone else stays as it is."""
-    node = await api.get(api_mod.NODES, kube_node)
+    node = await _node(api, kube_node)
     if not is_ours(node):
         return Result.NOT_OURS if is_cordoned(node) else Result.ALREADY
     version = (node.get("metadata") or {}).get("resourceVersion")
-    await api.patch(api_mod.NODES, kube_node, uncordon_patch(version))
+    await client.merge_patch(k8s.CoreV1Api(api).patch_node, kube_node, body=uncordon_patch(version))
     logger.info("uncordoned Kubernetes node %s", kube_node)
     return Result.DONE
 
 
-async def discover(api: api_mod.Api, namespace: str) -> dict[str, Placement]:
+async def discover(api: client.ApiClient, namespace: str) -> dict[str, Placement]:
     """The map from the slurmd pods of a Slinky namespace (needs get/list on pods there)."""
-    pods = await api.list(api_mod.PODS, namespace, label_selector=SLURMD_SELECTOR)
-    return build_map(pods)
+    pods = await k8s.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=SLURMD_SELECTOR)
+    return build_map(client.to_dict(api, pod) for pod in pods.items or [])

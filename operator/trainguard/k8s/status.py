@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from kubernetes_asyncio import client as k8s
 from pydantic import ValidationError
 
 from trainguard import engine as engine_mod
-from trainguard.k8s import api as api_mod
-from trainguard.k8s import condition, recovery
+from trainguard.k8s import client, condition, recovery
 from trainguard.model import actions, vocab, workloads
 
 logger = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def desired_object(view: WorkloadView, namespace: str) -> dict[str, Any]:
         workload=recovery.WorkloadRef(kind=recovery.WorkloadKind.SLURM_JOB, cluster=cluster, id=job_id),
     )
     return {
-        "apiVersion": api_mod.WORKLOAD_RECOVERIES.api_version,
+        "apiVersion": recovery.API_VERSION,
         "kind": recovery.KIND,
         "metadata": {
             "name": object_name(view.workload),
@@ -404,8 +404,15 @@ class SyncStats:
     conflicts: int = 0
 
 
+async def get_object(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """One WorkloadRecovery as the API's JSON object; ApiException 404 when there is none."""
+    obj = await k8s.CustomObjectsApi(api).get_namespaced_custom_object(
+        recovery.GROUP, recovery.VERSION, namespace, recovery.PLURAL, name)
+    return dict(obj)
+
+
 async def sync_status(
-    api: api_mod.Api,
+    api: client.ApiClient,
     namespace: str,
     name: str,
     view: WorkloadView,
@@ -417,10 +424,11 @@ async def sync_status(
     """Patch the status of ``namespace/name`` to the projection of ``view`` if it differs.
 
     ``observed`` is an object already read (e.g. by a list); its resourceVersion guards the write.
-    Returns True when a patch was written. ApiError 404 propagates (the object is gone).
+    Returns True when a patch was written. ApiException 404 propagates (the object is gone).
     """
     stats = stats if stats is not None else SyncStats()
-    current = dict(observed) if observed is not None else await api.get(api_mod.WORKLOAD_RECOVERIES, name, namespace)
+    objects = k8s.CustomObjectsApi(api)
+    current = dict(observed) if observed is not None else await get_object(api, namespace, name)
     for _ in range(CONFLICT_RETRIES + 1):
         metadata = current.get("metadata") or {}
         previous = parse_status(current.get("status"))
@@ -431,13 +439,14 @@ async def sync_status(
             return False
         body = {"metadata": {"resourceVersion": metadata.get("resourceVersion")}, "status": status_body(desired)}
         try:
-            await api.patch(api_mod.WORKLOAD_RECOVERIES, name, body, namespace, subresource="status")
-        except api_mod.ApiError as exc:
-            if exc.status != 409:
+            await client.merge_patch(objects.patch_namespaced_custom_object_status,
+                                     recovery.GROUP, recovery.VERSION, namespace, recovery.PLURAL, name, body=body)
+        except client.ApiException as exc:
+            if not client.is_conflict(exc):
                 raise
             stats.conflicts += 1
-            logger.info("%s/%s: status conflict (%s); re-reading", namespace, name, exc.message)
-            current = await api.get(api_mod.WORKLOAD_RECOVERIES, name, namespace)
+            logger.info("%s/%s: status conflict (%s); re-reading", namespace, name, client.message_of(exc))
+            current = await get_object(api, namespace, name)
             continue
         stats.patches += 1
         return True

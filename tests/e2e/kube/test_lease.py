@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
+import kopf
 import pytest
+from kubernetes_asyncio import client as k8s
 
 from tests.e2e.kube import operator_process as op
 from tests.support import kube
-from trainguard.k8s import api as api_mod
-from trainguard.k8s import lease
+from trainguard.k8s import client, lease
 from trainguard.model import clock
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.timeout(300)]
@@ -31,14 +32,16 @@ def namespace(kube_api: kube.LocalKube) -> Iterator[str]:
     kube_api.kubectl("delete", "namespace", name, "--wait=false")
 
 
-def credentials(api: kube.LocalKube) -> api_mod.Credentials:
-    return api_mod.Credentials(server=api.server, token=api.admin_token, ca_data=api.ca_data)
+def api_client(api: kube.LocalKube) -> client.ApiClient:
+    """Built as the operator builds its own: from a kopf ConnectionInfo (TLS with the CA's data)."""
+    return client.from_connection_info(kopf.ConnectionInfo(server=api.server, token=api.admin_token,
+                                                           ca_data=api.ca_data))
 
 
 def test_one_holder_then_takeover_after_expiry_then_release(kube_api: kube.LocalKube, namespace: str) -> None:
     async def scenario() -> None:
         clock_a, clock_b = clock.ManualClock(1000.0), clock.ManualClock(5000.0)  # unrelated clocks
-        async with api_mod.Api(credentials(kube_api)) as api:
+        async with api_client(kube_api) as api:
             a = lease.Elector(api, namespace, "trainguard", "replica-a", clock=clock_a, timing=TIMING)
             b = lease.Elector(api, namespace, "trainguard", "replica-b", clock=clock_b, timing=TIMING)
             assert await a.step() is True
@@ -52,9 +55,9 @@ def test_one_holder_then_takeover_after_expiry_then_release(kube_api: kube.Local
             assert await b.step() is False
             clock_b.advance(1)
             assert await b.step() is True
-            holder = await api.get(lease.LEASES, "trainguard", namespace)
-            assert holder["spec"]["holderIdentity"] == "replica-b"
-            assert holder["spec"]["leaseTransitions"] == 1
+            holder = await k8s.CoordinationV1Api(api).read_namespaced_lease("trainguard", namespace)
+            assert holder.spec.holder_identity == "replica-b"
+            assert holder.spec.lease_transitions == 1
             clock_a.advance(2)
             assert await a.step() is False, "the old holder must see the new one"
             await b.release()
@@ -65,7 +68,7 @@ def test_one_holder_then_takeover_after_expiry_then_release(kube_api: kube.Local
 
 def test_a_race_for_an_expired_lease_has_exactly_one_winner(kube_api: kube.LocalKube, namespace: str) -> None:
     async def scenario() -> list[bool]:
-        async with api_mod.Api(credentials(kube_api)) as api:
+        async with api_client(kube_api) as api:
             old = lease.Elector(api, namespace, "race", "gone", clock=clock.ManualClock(), timing=TIMING)
             assert await old.step()
             clocks = [clock.ManualClock(), clock.ManualClock()]

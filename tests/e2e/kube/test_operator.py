@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client as k8s
 
 from tests.e2e.kube import operator_process as op
 from tests.support import kube
 from tests.support.slurm import SlurmCluster
-from trainguard.k8s import api as api_mod
-from trainguard.k8s import status
+from trainguard.k8s import client as k8s_client
+from trainguard.k8s import recovery, status
 from trainguard.model import vocab, workloads
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.slurm, pytest.mark.timeout(900)]
@@ -281,16 +282,16 @@ def test_status_writer_absorbs_a_real_409_from_a_stale_resource_version(setup: S
         job=workloads.JobSnapshot(workload="slurm/x/424242", job_id="424242", state=workloads.JobState.RUNNING),
         policy_name=setup.policy, mode=vocab.Mode.MONITOR,
     )
-    credentials = api_mod.Credentials(server=setup.api.server, token=setup.api.admin_token, ca_data=setup.api.ca_data)
 
     async def write() -> tuple[bool, status.SyncStats]:
         stats = status.SyncStats()
-        async with api_mod.Api(credentials) as client:
-            with pytest.raises(api_mod.ApiError) as raw:  # the real server's answer to a stale write
-                await client.patch(api_mod.WORKLOAD_RECOVERIES, name,
-                                   {"metadata": {"resourceVersion": stale["metadata"]["resourceVersion"]},
-                                    "status": {"attempt": 7}}, setup.namespace, subresource="status")
-            assert raw.value.status == 409
+        async with await k8s_client.load_api_client(str(setup.api.kubeconfig)) as client:
+            with pytest.raises(k8s_client.ApiException) as raw:  # the real server's answer to a stale write
+                await k8s.CustomObjectsApi(client).patch_namespaced_custom_object_status(
+                    recovery.GROUP, recovery.VERSION, setup.namespace, recovery.PLURAL, name,
+                    {"metadata": {"resourceVersion": stale["metadata"]["resourceVersion"]}, "status": {"attempt": 7}},
+                    _content_type=k8s_client.MERGE_PATCH)
+            assert k8s_client.is_conflict(raw.value)
             wrote = await status.sync_status(client, setup.namespace, name, view, observed=stale, stats=stats,
                                              now=datetime.datetime.now(datetime.UTC))
         return wrote, stats

@@ -16,12 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.e2e.kube import operator_process as op
 from tests.support import kube
-from trainguard.k8s import api as api_mod
-from trainguard.k8s import slinky
+from trainguard.k8s import client, slinky
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.timeout(300)]
 
@@ -30,7 +28,7 @@ SLINKY_NS = "slurm"
 
 
 @pytest.fixture(scope="module")
-def sa_credentials(kube_api: kube.LocalKube, tmp_path_factory: pytest.TempPathFactory) -> api_mod.Credentials:
+def sa_kubeconfig(kube_api: kube.LocalKube, tmp_path_factory: pytest.TempPathFactory) -> str:
     op.ok(kube_api.kubectl("apply", "-k", str(REPO_ROOT / "crds")))
     base = REPO_ROOT / "manifests" / "base"
     op.ok(kube_api.kubectl("apply", "-f", str(base / "namespace.yaml"), "-f", str(base / "serviceaccount.yaml"),
@@ -42,8 +40,7 @@ def sa_credentials(kube_api: kube.LocalKube, tmp_path_factory: pytest.TempPathFa
     op.ok(kube_api.kubectl("apply", "-f", str(REPO_ROOT / "manifests" / "slinky" / "rolebinding.yaml")))
     path = tmp_path_factory.mktemp("slinky") / "kubeconfig"
     kube_api.service_account_kubeconfig("trainguard", "trainguard-system", path)
-    user = yaml.safe_load(path.read_text())["users"][0]["user"]
-    return api_mod.Credentials(server=kube_api.server, token=user["token"], ca_data=kube_api.ca_data)
+    return str(path)
 
 
 @pytest.fixture
@@ -69,13 +66,13 @@ def node_and_pod(kube_api: kube.LocalKube) -> Iterator[tuple[str, str]]:
 
 
 def test_cordon_behind_a_slurm_node_with_the_shipped_rbac(
-    kube_api: kube.LocalKube, sa_credentials: api_mod.Credentials, node_and_pod: tuple[str, str],
+    kube_api: kube.LocalKube, sa_kubeconfig: str, node_and_pod: tuple[str, str],
 ) -> None:
     node, slurm_node = node_and_pod
     reason = slinky.cordon_reason(slurm_node, "lemon node of slurm/c/1")
 
     async def scenario() -> tuple[slinky.Placement, slinky.Result, slinky.Result, slinky.Result]:
-        async with api_mod.Api(sa_credentials) as api:
+        async with await client.load_api_client(sa_kubeconfig) as api:
             placement = (await slinky.discover(api, SLINKY_NS))[slurm_node]
             assert placement.kube_node is not None
             first = await slinky.cordon(api, placement.kube_node, reason)
@@ -92,14 +89,14 @@ def test_cordon_behind_a_slurm_node_with_the_shipped_rbac(
 
 
 def test_a_node_cordoned_by_someone_else_is_left_alone(
-    kube_api: kube.LocalKube, sa_credentials: api_mod.Credentials, node_and_pod: tuple[str, str],
+    kube_api: kube.LocalKube, sa_kubeconfig: str, node_and_pod: tuple[str, str],
 ) -> None:
     node, slurm_node = node_and_pod
     op.ok(kube_api.kubectl("annotate", "node", node, f"{slinky.CORDON_REASON_ANNOTATION}=disk replacement"))
     op.ok(kube_api.kubectl("cordon", node))
 
     async def scenario() -> tuple[slinky.Result, slinky.Result]:
-        async with api_mod.Api(sa_credentials) as api:
+        async with await client.load_api_client(sa_kubeconfig) as api:
             return (await slinky.cordon(api, node, slinky.cordon_reason(slurm_node, "x")),
                     await slinky.uncordon(api, node))
 

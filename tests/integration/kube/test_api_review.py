@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.http.test_http_api import Client, seed, serve
 from tests.support.kube import LocalKube, unique_name
-from trainguard.k8s import api as api_mod
+from trainguard.k8s import client as k8s_client
 from trainguard.k8s import review
 from trainguard.store import database
 
@@ -89,8 +89,8 @@ roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: policies-write
 subjects: [{{kind: ServiceAccount, name: writer, namespace: {ns}}}]
 """)
     store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
-    client = api_mod.Api(api_mod.Credentials(server=kube_api.server, token=kube_api.create_token("operator", ns),
-                                             ca_data=kube_api.ca_data))
+    kubeconfig = kube_api.write_token_kubeconfig(kube_api.create_token("operator", ns), tmp_path / "kubeconfig")
+    client = await k8s_client.load_api_client(str(kubeconfig))
     server = None
     try:
         await seed(store, 2)
