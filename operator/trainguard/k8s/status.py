@@ -328,7 +328,12 @@ def project(
     )
     target = phase_of(view, anomaly_open)
     old_phase = previous.phase if previous is not None else None
-    if not recovery.allowed(old_phase, target):
+    # The table guards against moves that make no sense, not against facts: when the scheduler says
+    # the job has finished, the status follows it even if the reads in between were missed (a held
+    # job that a person released and that then ran to completion between two reconcile rounds would
+    # otherwise stay Held forever). Terminal phases are still kept.
+    missed_ending = view.job.state.finished and old_phase is not None and old_phase not in recovery.TERMINAL
+    if not recovery.allowed(old_phase, target) and not missed_ending:
         logger.warning("%s: phase %s -> %s not allowed; keeping %s", view.workload, old_phase, target, old_phase)
         target = old_phase if old_phase is not None else target
 

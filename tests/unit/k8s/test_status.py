@@ -121,6 +121,14 @@ def test_terminal_phase_is_kept_against_an_impossible_transition() -> None:
     assert odd.phase == recovery.Phase.SUCCEEDED
 
 
+def test_a_held_job_seen_next_as_completed_becomes_succeeded() -> None:
+    """Rounds on a busy operator can miss the release and the run in between: the ending still shows."""
+    held = status.project(view(job=job(workloads.JobState.PENDING, held=True)), None, generation=1, now=T0)
+    assert held.phase == recovery.Phase.HELD
+    done = status.project(view(job=job(workloads.JobState.COMPLETED)), held, generation=1, now=T0)
+    assert done.phase == recovery.Phase.SUCCEEDED
+
+
 @pytest.mark.parametrize(
     ("state", "held", "phase"),
     [
