@@ -19,7 +19,8 @@ What counts (``findings``):
   ``unreachable``: the condition already says it) and the cordon taint
   (``node.kubernetes.io/unschedulable``: who cordoned is not recorded on the node), which are
   context; our own taints (key under ``OUR_TAINT_PREFIX``) are our effect, never evidence;
-- a Node that no longer exists: a fault (it was removed while the workload ran on it).
+- a node name without a Node object: context (a deleted Node and a name that is not a Kubernetes
+  node look alike).
 Every finding is about a node of the attempt only; the words of a finding decide hardware or system
 (``attribute.evidence.HARDWARE_WORDS``).
 """
@@ -77,7 +78,9 @@ def node_findings(node: str, body: Mapping[str, Any] | None, *, our_prefix: str 
                   ) -> list[evidence.Finding]:
     """What one Node object (its JSON; None = it does not exist) says against the node."""
     if body is None:
-        return [_finding(node, f"{node} no longer exists in Kubernetes (the Node was deleted)", fault=True)]
+        # context only: a deleted Node and a name that was never a Kubernetes node look the same here
+        return [_finding(node, f"{node} is not a Node in Kubernetes (deleted, or not a Kubernetes node name)",
+                         fault=False)]
     out: list[evidence.Finding] = []
     for cond in (body.get("status") or {}).get("conditions") or []:
         kind, status = str(cond.get("type", "")), str(cond.get("status", ""))

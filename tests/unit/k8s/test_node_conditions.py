@@ -56,9 +56,9 @@ def test_npd_conditions_and_foreign_taints_are_faults_pressure_and_ours_are_not(
     ]
 
 
-def test_a_deleted_node_is_a_fault() -> None:
+def test_a_node_without_a_node_object_is_only_context() -> None:
     (gone,) = node_conditions.findings(["kwok-node-4"], [])
-    assert gone.fault and "no longer exists" in gone.text
+    assert not gone.fault and "is not a Node" in gone.text
 
 
 def _verdict(attribution: vocab.Attribution, category: vocab.Category) -> verdicts.Verdict:
