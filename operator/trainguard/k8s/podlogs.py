@@ -285,10 +285,7 @@ class PodLogBook(StoreBook):
         response = await self.source.stream("/api/v1/namespaces/{namespace}/pods", {"namespace": target.namespace},
                                             query, "application/json", self._config.watch_timeout_s + 30)
         try:
-            while True:
-                raw = await response.content.readline()
-                if not raw:
-                    return version
+            async for raw in _lines(response):
                 try:
                     event = json.loads(raw)
                 except ValueError:
@@ -307,6 +304,7 @@ class PodLogBook(StoreBook):
                     self._gone(str((obj.get("metadata") or {}).get("uid", "")))
                 else:
                     self._pod(obj)
+            return version
         finally:
             response.release()
 
@@ -341,10 +339,15 @@ class PodLogBook(StoreBook):
                 follow.task.set_name(f"podlog:{view.name}/{container}")
 
     def _gone(self, uid: str) -> None:
-        """A pod was deleted: its streams end by themselves (the log goes with it); nothing is reopened."""
+        """A pod was deleted: its streams are closed (the log goes with it; a kubelet that keeps a deleted
+        pod's stream open must not hold ours) and never reopened."""
         view = self._views.pop(uid, None)
         if view is not None:
             view.finished = True
+        for key in [k for k in self._follows if k[0] == uid]:
+            follow = self._follows.pop(key)
+            if follow.task is not None:
+                follow.task.cancel()
 
     async def _follow_forever(self, uid: str, follow: Follow) -> None:
         assert self.target is not None
@@ -454,6 +457,18 @@ class PodLogBook(StoreBook):
 
     def _placed_text(self, s: Stream, at: int) -> str:
         return f"{s.path}: pod-log lines from {pods.format_time(at)} on (the attempt's start)"
+
+
+async def _lines(response: Any) -> AsyncIterator[bytes]:
+    """The lines of a watch response (one JSON event each, however long: the apiserver bounds an object)."""
+    pending = bytearray()
+    async for chunk in response.content.iter_any():
+        pending += chunk
+        while (nl := pending.find(b"\n")) >= 0:
+            yield bytes(pending[:nl])
+            del pending[:nl + 1]
+    if pending.strip():
+        yield bytes(pending)
 
 
 def books(api: kubernetes_asyncio.client.ApiClient, config: Config | None = None
