@@ -137,9 +137,9 @@ async def test_pod_logs_of_a_jobset_once_each_across_reconnects_restarts_and_rep
     await book.wait_closed()
     for name in first:
         sim_cluster.write_pod_log(ns, name, [f"{name} while we were down"])
-    fresh = _book(api, path)
-    start = fresh.attempt_start(path, attempt=0, running=True, started_at=None, mine=saved, earlier=[])
-    fresh.close()
+    make, _source = podlogs.books(api, CONFIG)
+    start = make("kube/train", "train", clock.SystemClock(), None).attempt_start(
+        path, attempt=0, running=True, started_at=None, mine=saved, earlier=[])  # as the engine asks on first sight
     assert start is not None and start.basis == "stored"
     book = _book(api, path, start)
     again = Reader(book)
