@@ -138,8 +138,10 @@ class PodLogSource:
 
     def failed(self, what: str, exc: BaseException) -> None:
         if self.reachable is not False:
-            logger.error("pod logs: %s failed: %s: %s (retrying with backoff; one line again when it works)",
-                         what, type(exc).__name__, str(exc)[:300])
+            why = f"HTTP {exc.status}: {exc.reason}" if isinstance(exc, ApiException) \
+                else f"{type(exc).__name__}: {exc}"
+            logger.error("pod logs: %s failed: %s (retrying with backoff; one line again when it works)",
+                         what, " ".join(str(why).split())[:300])
         self.reachable = False
 
     async def layout(self, target: pods.Target) -> pods.Layout | None:
