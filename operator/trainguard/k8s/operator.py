@@ -441,9 +441,9 @@ class Shell:
             self.log_books, self.log_client = victorialogs.books(config.victorialogs)
         if config.loki is not None and self.log_client is None:
             self.log_books, self.log_client = loki_book.books(config.loki)
-        if config.scheduler.startswith("kubernetes") and self.kube_signals is None:
+        if "kubernetes" in {p.strip() for p in config.scheduler.split(",")} and self.kube_signals is None:
             self.kube_signals = await kube_signals_mod.open_signals()
-            self.log_books = self.kube_signals.log_books
+            self.log_books = kube_signals_mod.routed(self.kube_signals.log_books, self.log_books)
         if config.peering is None:
             await self._begin_term()
         else:

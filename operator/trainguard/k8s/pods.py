@@ -63,6 +63,16 @@ class Target:
         return f"{SCHEME}{self.namespace}/{self.kind}/{self.name}"
 
 
+WORKLOAD_ID_PREFIX = "k8s/"
+"""Job ids of Kubernetes workloads (the Kubernetes adapter's ``k8s/NAMESPACE/KIND/NAME``)."""
+
+
+def is_workload_id(job_id: str) -> bool:
+    """Whether ``job_id`` names a Kubernetes workload (its output is its pods' logs)."""
+    parts = job_id.split("/")
+    return job_id.startswith(WORKLOAD_ID_PREFIX) and len(parts) == 4 and all(parts)
+
+
 def parse_path(path: str) -> Target | None:
     """``k8s://NAMESPACE/KIND/NAME`` -> its ``Target``; None for any other path (a file, a typo)."""
     if not path.startswith(SCHEME):

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import kubernetes_asyncio.client
 import pytest
 
-from trainguard.k8s import podlogs, pods
+from trainguard.k8s import kube_signals, podlogs, pods
 from trainguard.model import clock
-from trainguard.signals import resume
+from trainguard.signals import resume, sources
 from trainguard.signals.storebook import Stream
 from trainguard.signals.tailer import MARKER, TailPosition
 
@@ -173,3 +173,16 @@ async def test_a_failed_pod_is_one_termination_line_once(api: kubernetes_asyncio
 def test_timestamps_are_split_from_the_text() -> None:
     assert podlogs.split_timestamp("2026-12-01T20:00:00.000000001Z hello world") == (T0 + 1, "hello world")
     assert podlogs.split_timestamp("no timestamp here") == (None, "no timestamp here")
+
+
+async def test_one_engine_routes_kubernetes_workloads_to_pod_logs_and_slurm_jobs_to_their_files(
+        api: kubernetes_asyncio.client.ApiClient) -> None:
+    signals_ = await kube_signals.open_signals(api)
+    make = kube_signals.routed(signals_.log_books, sources.file_books)
+    kube_book = make("k8s/team/JobSet/train", "k8s/team/JobSet/train", clock.ManualClock(0.0), None)
+    slurm_book = make("slurm/4242", "4242", clock.ManualClock(0.0), None)
+    assert isinstance(kube_book, podlogs.PodLogBook) and kube_book.kind == podlogs.KIND
+    assert slurm_book.kind == sources.FILES
+    assert [s.name for s in signals_.node_sources] == ["kubernetes-node-conditions"]
+    await signals_.close()  # the operator's client stays open: it is not ours
+    assert not api.rest_client.pool_manager.closed

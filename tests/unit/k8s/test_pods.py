@@ -104,3 +104,9 @@ def test_times_parse_with_and_without_fractions() -> None:
     assert pods.parse_time_ns("2026-12-01T21:00:00.5+01:00") == 1796155200 * pods.NS + 500_000_000
     assert pods.parse_time_ns("yesterday") is None
     assert pods.format_time(1796155200 * pods.NS + 999) == "2026-12-01T20:00:00Z"
+
+
+def test_kubernetes_job_ids_are_told_from_slurm_ones() -> None:
+    assert pods.is_workload_id("k8s/team/JobSet/train")
+    for other in ("4242", "4242_7", "k8s/team/JobSet", "k8s//JobSet/x", "cluster-a/4242"):
+        assert not pods.is_workload_id(other)
