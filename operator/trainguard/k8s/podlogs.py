@@ -111,10 +111,15 @@ def split_timestamp(raw: str) -> tuple[int | None, str]:
 
 @dataclass
 class Follow:
-    """One container's follow stream: the newest line read from it (for ``sinceTime`` on reconnect)."""
+    """One container's follow stream: the newest line read from it (for ``sinceTime`` on reconnect).
+
+    Kept per pod NAME and container: a pod replaced under the same name (a PyTorchJob's) continues from
+    the newest line of the one before, so a log its node serves again from the start is not read twice."""
 
     pod: str
     container: str
+    uid: str = ""
+    """The pod (uid) now followed under that name."""
     newest: int = 0
     at_newest: set[str] = field(default_factory=set)
     """Hashes of the lines read at exactly ``newest`` (a reconnect reads that second again)."""
@@ -202,6 +207,7 @@ class PodLogBook(StoreBook):
         self.layout: pods.Layout | None = None
         self._buffer: collections.deque[Item] = collections.deque()
         self._follows: dict[tuple[str, str], Follow] = {}
+        """(pod name, container) -> its follow."""
         self._views: dict[str, pods.PodView] = {}
         self._endings: set[str] = set()
         self._task: asyncio.Task[None] | None = None
@@ -329,16 +335,25 @@ class PodLogBook(StoreBook):
 
     def _start_follows(self, view: pods.PodView) -> None:
         """A follow stream for each started container of ``view`` that has none running."""
+        if not view.node:
+            return
         for container in view.containers:
-            key = (view.uid, container)
+            if not view.started.get(container):
+                continue
+            key = (view.name, container)
             follow = self._follows.get(key)
-            # a follow that ended is opened again only for a container running again (restarted in place)
-            if view.started.get(container) and view.node and (
-                    follow is None or (follow.task is None and view.running.get(container))):
-                follow = follow or Follow(view.name, container)
-                self._follows[key] = follow
-                follow.task = asyncio.ensure_future(self._follow_forever(view.uid, follow))
-                follow.task.set_name(f"podlog:{view.name}/{container}")
+            if follow is None:
+                follow = self._follows[key] = Follow(view.name, container, uid=view.uid)
+            elif follow.uid != view.uid:  # replaced under the same name: the new pod's stream
+                if follow.task is not None:
+                    follow.task.cancel()
+                follow.uid, follow.task = view.uid, None
+            elif follow.task is not None or not view.running.get(container):
+                # running, or ended for good: a follow that ended is opened again only for a container
+                # running again (restarted in place)
+                continue
+            follow.task = asyncio.ensure_future(self._follow_forever(view.uid, follow))
+            follow.task.set_name(f"podlog:{view.name}/{container}")
 
     def _gone(self, uid: str) -> None:
         """A pod was deleted: its streams are closed (the log goes with it; a kubelet that keeps a deleted
@@ -346,10 +361,10 @@ class PodLogBook(StoreBook):
         view = self._views.pop(uid, None)
         if view is not None:
             view.finished = True
-        for key in [k for k in self._follows if k[0] == uid]:
-            follow = self._follows.pop(key)
-            if follow.task is not None:
+        for follow in self._follows.values():
+            if follow.uid == uid and follow.task is not None:
                 follow.task.cancel()
+                follow.task = None
 
     async def _follow_forever(self, uid: str, follow: Follow) -> None:
         assert self.target is not None
@@ -376,7 +391,8 @@ class PodLogBook(StoreBook):
                 break  # over: its log will not grow (and a finished pod's stream was read to its end)
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._config.max_backoff_s)
-        follow.task = None
+        if follow.task is asyncio.current_task():
+            follow.task = None
 
     async def _read_stream(self, uid: str, follow: Follow, response: Any) -> None:
         """Lines of one open stream into the buffer, each bounded (``max_line``), until it ends."""

@@ -79,7 +79,8 @@ async def test_pods_are_watched_and_an_ending_is_one_line(kube_api: kube.LocalKu
                         "signal=SIGKILL", "gpu-a07", 1)]
         _kubectl(kube_api, "label", "pod", "train-w-1-0", "-n", ns, "touched=yes")  # a later event: no second line
         _kubectl(kube_api, "delete", "pod", "train-w-1-0", "-n", ns, "--wait=false", "--grace-period=0", "--force")
-        await _until("the pod gone from the book", lambda: not book._views and not book._follows)
+        await _until("the pod gone from the book",
+                     lambda: not book._views and all(f.task is None for f in book._follows.values()))
         assert [ln for _s, lines in await book.read() for ln in lines] == []
         book.close()
         await book.wait_closed()

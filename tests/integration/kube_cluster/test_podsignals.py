@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import kubernetes_asyncio.client
 import pytest
 
-from tests.support.kube_cluster import JOBSET_NAME_LABEL, NODES, SimCluster
+from tests.support.kube_cluster import JOBSET_NAME_LABEL, NODES, PYTORCHJOB_NAME_LABEL, SimCluster
 from trainguard.cli import main
 from trainguard.k8s import client, node_conditions, podlogs
 from trainguard.model import clock, signals
@@ -119,7 +119,7 @@ async def test_pod_logs_of_a_jobset_once_each_across_reconnects_restarts_and_rep
     # a reconnect: the stream of one container is closed and opened again (sinceTime = its newest second)
     victim = sorted(first)[0]
     uid = first[victim]["metadata"]["uid"]
-    follow = book._follows[(uid, "main")]
+    follow = book._follows[(victim, "main")]
     assert follow.task is not None
     follow.task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -198,3 +198,37 @@ async def test_a_not_ready_node_is_node_evidence(sim_cluster: SimCluster,
         sim_cluster.set_node_ready(sick, True)
         await _until(f"{sick} Ready again", lambda: sim_cluster.node_ready(sick))
 
+
+
+async def test_pytorchjob_ranks_and_a_pod_recreated_under_its_name_read_once(
+        sim_cluster: SimCluster, sim_namespace: str, api: kubernetes_asyncio.client.ApiClient) -> None:
+    ns = sim_namespace
+    sim_cluster.create_pytorchjob("bert", ns, workers=2, gpus=1)
+    first = {p["metadata"]["name"]: p for p in sim_cluster.wait_pods_running(ns, f"{PYTORCHJOB_NAME_LABEL}=bert", 3)}
+    book = _book(api, f"k8s://{ns}/PyTorchJob/bert")
+    reader = Reader(book)
+    for name in first:
+        sim_cluster.write_pod_log(ns, name, [f"{name} hello"])
+    await reader.until("a line of each pod", lambda ls: len(ls) >= 3)
+    # Master is rank 0, Worker i is rank i + 1 (as the training-operator sets RANK)
+    assert {ln.text.split(" ")[0]: ln.rank for ln in reader.lines} == {
+        "bert-master-0": 0, "bert-worker-0": 1, "bert-worker-1": 2}
+
+    # a worker killed (137 is retryable under restartPolicy ExitCode): the operator recreates the pod under
+    # the same name; kwok serves the same log file again, and the book reads only what is new
+    victim = "bert-worker-1"
+    old_uid = first[victim]["metadata"]["uid"]
+    sim_cluster.fail_pod(ns, victim, exit_code=137, reason="Error")
+    await reader.until("the termination line", lambda ls: any(
+        ln.text.startswith(f"trainguard: pod {victim} container pytorch on ") for ln in ls))
+    await _until(f"{victim} recreated", lambda: (
+        (pod := sim_cluster.get("pod", victim, ns)) is not None and pod["metadata"]["uid"] != old_uid
+        and pod["status"].get("phase") == "Running"))
+    sim_cluster.write_pod_log(ns, victim, [f"{victim} after the restart"])
+    await reader.until("the recreated pod's line", lambda ls: any("after the restart" in ln.text for ln in ls))
+    texts = reader.texts()
+    assert len(texts) == len(set(texts)) and texts.count(f"{victim} hello") == 1
+    (ending,) = [t for t in texts if t.startswith("trainguard: pod ")]
+    assert "reason=Error exitCode=137 signal=SIGKILL" in ending
+    book.close()
+    await book.wait_closed()

@@ -62,8 +62,8 @@ def _book(api: kubernetes_asyncio.client.ApiClient, config: podlogs.Config | Non
 def _pod(book: podlogs.PodLogBook, name: str, node: str, rank: int | None) -> tuple[str, podlogs.Follow]:
     uid = f"uid-{name}"
     book._views[uid] = pods.PodView(uid=uid, name=name, node=node, rank=rank, containers=["trainer"])
-    follow = podlogs.Follow(name, "trainer")
-    book._follows[(uid, "trainer")] = follow
+    follow = podlogs.Follow(name, "trainer", uid=uid)
+    book._follows[(name, "trainer")] = follow
     return uid, follow
 
 
