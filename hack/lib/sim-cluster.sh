@@ -497,20 +497,21 @@ sim_up() {
 
 # The pid files are checked against the binaries in $BIN: a recycled pid or a daemon of
 # another state dir is never stopped.
+# All at once (none needs another to shut down cleanly), before the apiserver.
 sim_down() {
-  local i entry name bin pf
-  for ((i = ${#SIM_DAEMONS[@]} - 1; i >= 0; i--)); do
-    entry=${SIM_DAEMONS[$i]}
+  local entry name bin pf ours_pf=()
+  for entry in "${SIM_DAEMONS[@]}"; do
     name=${entry%%:*}
     bin=${entry#*:}
     pf=$(sim_pidfile "$name")
     if ours "$pf" "$bin"; then
       tg_log "stopping $name (pid $(cat "$pf"))"
-      tg_stop_pidfiles "$pf"
+      ours_pf+=("$pf")
     else
       rm -f "$pf"
     fi
   done
+  [ ${#ours_pf[@]} = 0 ] || tg_stop_pidfiles "${ours_pf[@]}"
 }
 
 sim_component_ok() {   # sim_component_ok NAME

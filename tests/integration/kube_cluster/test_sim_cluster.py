@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.kube import SCRIPT
 from tests.support.kube_cluster import (
     GPU,
     JOBSET_NAME_LABEL,
@@ -173,3 +175,24 @@ def test_a_node_goes_not_ready_and_back(sim_cluster: SimCluster) -> None:
     )
     addresses = {(a["type"], a["address"]) for a in (sim_cluster.get("node", node) or {})["status"]["addresses"]}
     assert ("InternalIP", "127.0.0.1") in addresses
+
+
+def test_status_reports_every_component_and_the_operator_cert_dir_is_private(sim_cluster: SimCluster) -> None:
+    done = subprocess.run(
+        [str(SCRIPT), "status", "--cluster"], capture_output=True, text=True, timeout=60, check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for component in ("kube-controller-manager", "kube-scheduler", "kwok", "jobset", "training-operator"):
+        assert f"{component}:" in done.stdout
+        line = next(ln for ln in done.stdout.splitlines() if ln.startswith(f"{component}:"))
+        assert ", ready," in line, line
+    # The training-operator reads its certificate from a fixed path; it sees this cluster's own
+    # directory there (a private mount namespace); the machine's path never gets this cluster's.
+    state = sim_cluster.kube.state_dir / "cluster"
+    pid = (state / "training-operator.pid").read_text().strip()
+    assert " /tmp/k8s-webhook-server " in Path(f"/proc/{pid}/mounts").read_text()
+    ours = (state / "to-webhook" / "serving-certs" / "tls.crt").read_bytes()
+    assert Path(f"/proc/{pid}/root/tmp/k8s-webhook-server/serving-certs/tls.crt").read_bytes() == ours
+    host = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
+    assert not host.exists() or host.read_bytes() != ours
