@@ -152,9 +152,9 @@ class Shell:
     clock: clock.Clock = field(default_factory=clock.SystemClock)
     log_client: victorialogs.Client | loki.LokiClient | None = None
     log_books: sources.BookFactory = sources.file_books
+    """Where the engine reads job output from (set once at start from ``config.victorialogs`` or ``config.loki``)."""
     kube_signals: kube_signals_mod.KubeSignals | None = None
     """Pod logs and Node conditions of Kubernetes workloads (``--scheduler kubernetes``; ``k8s/kube_signals.py``)."""
-    """Where the engine reads job output from (set once at start from ``config.victorialogs`` or ``config.loki``)."""
     health: health_mod.Health = field(default_factory=health_mod.Health)
     """Liveness (heartbeat) and readiness (scheduler, store) of this replica (``trainguard.health``)."""
 
