@@ -14,7 +14,7 @@
 # Environment: TG_SLURM_ROOT=DIR runs the Slurm tiers against the Slurm of a root made by
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
 # TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_MYSQL=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_IMAGE=1 skip those
-# tiers; TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
+# tiers (TG_SKIP_SIM_CLUSTER=1 only the simulated-cluster tests); TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it).
 set -euo pipefail
 TG_SCRIPT_NAME="test"
@@ -98,6 +98,15 @@ fi
 if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
   tg_log "hack/local-kube.sh build (cached after the first time)"
   hack/local-kube.sh build || tg_die "building the local Kubernetes API failed (TG_SKIP_KUBE=1 skips those tests)"
+fi
+
+# The simulated cluster (hack/local-kube.sh up --cluster: controller-manager, scheduler, kwok,
+# JobSet and training-operator) for the tests marked kube_cluster: compiled once and cached
+# like the API (about 10 minutes cold on 2 cores, see docs/sim-cluster.md; instant afterwards).
+if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ "${TG_SKIP_SIM_CLUSTER:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
+  tg_log "hack/local-kube.sh build --cluster (cached after the first time)"
+  hack/local-kube.sh build --cluster ||
+    tg_die "building the simulated cluster failed (TG_SKIP_SIM_CLUSTER=1 skips those tests)"
 fi
 
 # VictoriaLogs (the log store the log-source tests read job output from): compiled once from the

@@ -13,7 +13,8 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.mysql",
+pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.kube_cluster",
+                  "tests.support.mysql",
                   "tests.support.victorialogs",
                   "tests.support.browser", "tests.support.prometheus"]
 
@@ -21,6 +22,7 @@ SKIP_SWITCHES = {
     "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mysql": "TG_SKIP_MYSQL",
     "mariadb": "TG_SKIP_MYSQL",
     "victorialogs": "TG_SKIP_VLOGS", "prometheus": "TG_SKIP_PROMETHEUS",
+    "kube_cluster": "TG_SKIP_SIM_CLUSTER",
 }
 """Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""
 
