@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# hack/local-kube.sh: a real Kubernetes API (etcd + kube-apiserver, no kubelet, no
-# controllers) on loopback, for developing and testing the kopf operator shell (k8s/)
+# hack/local-kube.sh: a real Kubernetes API (etcd + kube-apiserver; no kubelet and no
+# controllers unless `--cluster`) on loopback, for developing and testing the kopf operator shell (k8s/)
 # against the real API machinery: CRD validation, printer columns, RBAC, ServiceAccount
 # tokens, watches. The binaries are compiled from the Go module proxy with the local Go
 # toolchain (no container, no download of release binaries), into a cache outside the

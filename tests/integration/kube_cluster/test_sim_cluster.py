@@ -156,8 +156,10 @@ def test_pod_logs_are_served_through_the_api_including_appended_lines(
     ]
 
 
-def test_a_node_goes_not_ready_and_back(sim_cluster: SimCluster) -> None:
+def test_a_node_goes_not_ready_evicts_its_pods_and_comes_back(sim_cluster: SimCluster, sim_namespace: str) -> None:
     node = NODES[3]
+    sim_cluster.create_pod("on-node", sim_namespace, gpus=1, node=node, labels={"role": "on-node"})
+    sim_cluster.wait_pods_running(sim_namespace, "role=on-node", 1)
     try:
         sim_cluster.set_node_ready(node, False)
         sim_cluster.wait(f"{node} NotReady", lambda: not sim_cluster.node_ready(node))
@@ -166,6 +168,8 @@ def test_a_node_goes_not_ready_and_back(sim_cluster: SimCluster) -> None:
             f"{node} tainted not-ready",
             lambda: "node.kubernetes.io/not-ready" in taint_keys(sim_cluster, node),
         )
+        # Evicted after the 10 s default toleration the apiserver adds (not 300 s).
+        sim_cluster.wait("the pod evicted", lambda: sim_cluster.get("pod", "on-node", sim_namespace) is None)
     finally:
         sim_cluster.set_node_ready(node, True)
     sim_cluster.wait(f"{node} Ready again", lambda: sim_cluster.node_ready(node))
