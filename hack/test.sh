@@ -40,6 +40,21 @@ fi
 # ------------------------------------------------------------------ virtualenv
 tg_ensure_venv "$VENV"
 
+# ------------------------------------------------------------------ container image build
+# The image (tests marked image; hack/build-image.sh: debootstrap + umoci, cached in
+# ~/.cache/trainguard/image) is mostly downloads and unpacking, several minutes cold: it is built
+# in the background too (once the venv exists: its pip fetches the locked wheels), beside the Go
+# builds and the pip install, and waited for before pytest. Needs root: without
+# it, or with TG_SKIP_IMAGE=1, the image tests skip.
+IMAGE_BUILD_PID=
+IMAGE_BUILD_LOG=$TG_REPO_ROOT/.local/image-build.log
+if [ "${TG_SKIP_IMAGE:-0}" != 1 ] && [ "$(id -u)" = 0 ]; then
+  mkdir -p "$TG_REPO_ROOT/.local"
+  hack/build-image.sh build </dev/null >"$IMAGE_BUILD_LOG" 2>&1 &
+  IMAGE_BUILD_PID=$!
+fi
+
+
 stamp=$VENV/.trainguard-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "${TG_REINSTALL:-0}" = 1 ] || [ ! -s "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] ||
@@ -136,12 +151,11 @@ if [ "${TG_SKIP_PROMETHEUS:-0}" != 1 ]; then
   hack/local-prometheus.sh install || tg_die "installing Prometheus/VictoriaMetrics failed (TG_SKIP_PROMETHEUS=1 skips those tests)"
 fi
 
-# Container image (tests marked image): built from Debian packages with debootstrap and umoci
-# (hack/build-image.sh, cached in ~/.cache/trainguard/image; minutes cold). Needs root: without it,
-# or with TG_SKIP_IMAGE=1, the image tests skip.
-if [ "${TG_SKIP_IMAGE:-0}" != 1 ] && [ "$(id -u)" = 0 ]; then
-  tg_log "hack/build-image.sh build (cached after the first time)"
-  hack/build-image.sh build >/dev/null || tg_die "building the container image failed (TG_SKIP_IMAGE=1 skips those tests)"
+# Container image: its build started in the background at the top.
+if [ -n "$IMAGE_BUILD_PID" ]; then
+  tg_log "waiting for hack/build-image.sh build (started in the background; log $IMAGE_BUILD_LOG)"
+  wait "$IMAGE_BUILD_PID" ||
+    tg_die "building the container image failed (TG_SKIP_IMAGE=1 skips those tests)" "$IMAGE_BUILD_LOG"
 fi
 
 # ------------------------------------------------------------------ tests
