@@ -52,7 +52,7 @@ from trainguard.detect import catalog as catalog_mod
 from trainguard.http import api as http_api
 from trainguard.http import app as http_app
 from trainguard.k8s import api as api_mod
-from trainguard.k8s import events, lease, policies, recovery, review, slinky, status
+from trainguard.k8s import coalesce, events, lease, policies, recovery, review, slinky, status
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
@@ -65,6 +65,10 @@ logger = logging.getLogger("trainguard.operator")
 
 REPORT_QUEUE: Final = 10_000
 """Engine records waiting for their Event; bounded so an API outage cannot grow memory without end."""
+URGENT_KINDS: Final = frozenset({vocab.AuditKind.ADVICE.value, vocab.AuditKind.OUTCOME.value,
+                                  vocab.AuditKind.WATCHDOG.value})
+"""Records whose status change is written within the coalescer's settle time (a recovery starts,
+ends or is given up); other records' changes go out with the next timed flush."""
 GROUP: Final = "trainguard.dev"
 VERSION: Final = "v1alpha1"
 
@@ -148,6 +152,10 @@ class Shell:
     engine_settings: settings_mod.EngineSettings = field(default_factory=settings_mod.EngineSettings)
     untracked_since: dict[str, float] = field(default_factory=dict)
     stats: status.SyncStats = field(default_factory=status.SyncStats)
+    coalescer: coalesce.StatusCoalescer = field(default_factory=coalesce.StatusCoalescer)
+    """WorkloadRecovery status writes: latest state per object, bounded writes/s (``k8s/coalesce.py``)."""
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """WorkloadRecovery name -> the object as last read or created (its uid names it in Events)."""
     clock: clock.Clock = field(default_factory=clock.SystemClock)
     log_client: victorialogs.Client | loki.LokiClient | None = None
     log_books: sources.BookFactory = sources.file_books
@@ -250,10 +258,11 @@ class Shell:
         if rt is None:
             return
         try:
-            obj = await self._ensure(rt)
+            obj = await self._object(rt)
         except (api_mod.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
             logger.warning("%s: cannot update its WorkloadRecovery: %s", workload, exc)
             return
+        self.coalescer.mark(workload, urgent=kind in URGENT_KINDS)
         metadata = obj.get("metadata") or {}
         ref = events.ObjectRef(api_mod.WORKLOAD_RECOVERIES.api_version, recovery.KIND, str(metadata.get("name")),
                                self.config.workload_namespace, metadata.get("uid"))
@@ -294,14 +303,32 @@ class Shell:
                 await events.post(self.api, ref, events.Draft(events.NORMAL, events.NODE_CORDONED, message),
                                   self.now())
 
-    async def _ensure(self, rt: engine_mod.WorkloadRuntime, observed: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Create the workload's WorkloadRecovery if missing; sync its status; return the object."""
-        assert self.api is not None
+    async def _view(self, rt: engine_mod.WorkloadRuntime) -> status.WorkloadView:
         steps: list[actions.ActionRecord] = []
         item = rt.last_advice
         if item is not None and self.store is not None:
             steps = await self.store.actions_for(item.workload, item.attempt, item.generation)
-        view = status.view_of(rt, steps)
+        return status.view_of(rt, steps)
+
+    async def _object(self, rt: engine_mod.WorkloadRuntime) -> dict[str, Any]:
+        """The workload's WorkloadRecovery as known (read or created once); its status is written by the
+        coalescer (a new object's at once)."""
+        name = status.object_name(rt.workload)
+        obj = self.objects.get(name)
+        if obj is None:
+            obj = await self._ensure(rt)
+        return obj
+
+    async def write_status(self, workload: str) -> None:
+        """The coalescer's write: the workload's status as the engine shows it now (read, compare, patch)."""
+        rt = self.engine.runtimes.get(workload) if self.engine is not None else None
+        if rt is not None:
+            await self._ensure(rt)
+
+    async def _ensure(self, rt: engine_mod.WorkloadRuntime, observed: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Create the workload's WorkloadRecovery if missing; sync its status; return the object."""
+        assert self.api is not None
+        view = await self._view(rt)
         namespace = self.config.workload_namespace
         name = status.object_name(view.workload)
         async with self.lock:
@@ -324,6 +351,7 @@ class Shell:
                     obj = await self.api.get(api_mod.WORKLOAD_RECOVERIES, name, namespace)
             await status.sync_status(self.api, namespace, name, view, now=self.now(), observed=obj, stats=self.stats)
             self.untracked_since.pop(name, None)
+            self.objects[name] = {"metadata": {k: (obj.get("metadata") or {}).get(k) for k in ("name", "uid")}}
             return obj
 
     # -------------------------------------------------------------- the reconcile loop
@@ -346,7 +374,10 @@ class Shell:
                 continue  # not a Slurm workload; Kubernetes workloads report on their own objects
             tracked.add(name)
             try:
-                await self._ensure(rt, dict(existing[name]) if name in existing else None)
+                if name not in existing:
+                    await self._ensure(rt)  # a new object: created with its status at once
+                elif status.differs(await self._view(rt), existing[name], now=self.now()):
+                    self.coalescer.mark(rt.workload)  # written by the coalescer, within the write budget
             except api_mod.ApiError as exc:
                 logger.warning("WorkloadRecovery %s: %s", name, exc)
         now = self.clock.now()
@@ -362,6 +393,7 @@ class Shell:
                     logger.warning("cannot delete WorkloadRecovery %s/%s: %s", namespace, name, exc)
                     continue
             self.untracked_since.pop(name, None)
+            self.objects.pop(name, None)
         await self._policy_statuses()
 
     async def _policy_statuses(self) -> None:
@@ -478,6 +510,7 @@ class Shell:
             _spawn(self.engine.run(self.term_stop), "engine"),
             _spawn(self.reconcile_forever(self.term_stop), "workloadrecovery-reconcile"),
             _spawn(self.report_forever(self.term_stop), "workloadrecovery-report"),
+            _spawn(self.coalescer.run(self.term_stop, self.write_status), "workloadrecovery-status"),
         ]
 
     async def _end_term(self, *, abort: bool = False) -> None:
