@@ -73,7 +73,8 @@ async def test_a_burst_of_engine_records_for_one_workload_is_written_as_a_few_ex
         await engine.discover()
         rt = engine.runtimes["slurm/test/77"]
         records = 60
-        for i in range(records):  # one engine update after another, as fast as the engine makes them
+        for i in range(records):  # 20 engine updates a second: each would be its own patch without coalescing
+            await asyncio.sleep(0.05)
             category = CATEGORIES[i % len(CATEGORIES)]
             await engine._notify(rt, vocab.AuditKind.ANOMALY, {
                 "symptom": "crash", "category": category.value, "suspect_nodes": ["node2"],
