@@ -131,7 +131,9 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             per_second.append(shell.stats.patches - second_patches)
             second_start, second_patches = time.monotonic(), shell.stats.patches
     updates_end = time.monotonic()
-    while not shell.records.empty() or shell.coalescer.pending():
+    while True:  # the drain: every queued record reported and every dirty status written
+        if shell.records.empty() and not shell.coalescer.pending():
+            break
         await asyncio.sleep(0.1)
     drain_s = time.monotonic() - updates_end
     listed = status.names_of(await shell.api.list(api_mod.WORKLOAD_RECOVERIES, namespace))
