@@ -34,6 +34,8 @@ from trainguard.store import audit
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_TIMING = shards.Timing()
+
 
 def _dns(value: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:40] or "x"
@@ -43,7 +45,7 @@ class KubeShardLeases:
     """``shards.Leases`` on Kubernetes Leases, with the audit store's terms as fencing tokens."""
 
     def __init__(self, api: api_mod.Api, namespace: str, store: audit.AuditStore, spec: shards.ShardSpec,
-                 clock: clock_mod.Clock, *, timing: shards.Timing = shards.Timing()) -> None:
+                 clock: clock_mod.Clock, *, timing: shards.Timing = DEFAULT_TIMING) -> None:
         self.api = api
         self.namespace = namespace
         self.store = store
