@@ -47,12 +47,13 @@ from pydantic import ValidationError
 from trainguard import engine as engine_mod
 from trainguard import health as health_mod
 from trainguard import settings as settings_mod
+from trainguard import shards as shards_mod
 from trainguard.act import ports as act_ports
 from trainguard.detect import catalog as catalog_mod
 from trainguard.http import api as http_api
 from trainguard.http import app as http_app
 from trainguard.k8s import api as api_mod
-from trainguard.k8s import coalesce, events, lease, policies, recovery, review, slinky, status
+from trainguard.k8s import coalesce, events, lease, policies, recovery, review, shard_leases, slinky, status
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
@@ -121,6 +122,11 @@ class OperatorConfig:
     """Read job output from this Loki instead of the output files (not together with ``victorialogs``)."""
     gpu_metrics: gpu_metrics_mod.GpuMetricsConfig | None = None
     """DCGM evidence from Prometheus/VictoriaMetrics (``--prometheus-url``); None: not configured."""
+    shards: int = 1
+    """> 1: every replica runs the engine on the shards whose Kubernetes Leases it holds
+    (``k8s/shard_leases.py``, docs/sharding.md); not together with ``peering``."""
+    shard_key: shards_mod.ShardKey = "cluster"
+    replica_id: str = ""
 
 
 @dataclass
@@ -154,6 +160,8 @@ class Shell:
     stats: status.SyncStats = field(default_factory=status.SyncStats)
     coalescer: coalesce.StatusCoalescer = field(default_factory=coalesce.StatusCoalescer)
     """WorkloadRecovery status writes: latest state per object, bounded writes/s (``k8s/coalesce.py``)."""
+    ownership: shards_mod.Ownership | None = None
+    """With ``config.shards`` > 1: the shards this replica holds (Kubernetes Leases)."""
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     """WorkloadRecovery name -> the object as last read or created (its uid names it in Events)."""
     clock: clock.Clock = field(default_factory=clock.SystemClock)
@@ -382,6 +390,10 @@ class Shell:
                 logger.warning("WorkloadRecovery %s: %s", name, exc)
         now = self.clock.now()
         for name in set(existing) - tracked:
+            if self.ownership is not None and not self.ownership.owns(
+                    str(((existing[name].get("metadata") or {}).get("annotations") or {}).get(
+                        status.WORKLOAD_ANNOTATION, ""))):
+                continue  # another replica's shard (or a shard unknown): its holder collects it
             since = self.untracked_since.setdefault(name, now)
             if now - since < self.config.retention_s:
                 continue
@@ -470,7 +482,15 @@ class Shell:
             self.log_books, self.log_client = victorialogs.books(config.victorialogs)
         if config.loki is not None and self.log_client is None:
             self.log_books, self.log_client = loki_book.books(config.loki)
-        if config.peering is None:
+        if config.shards > 1:
+            if config.peering is not None:
+                raise ValueError("--shards and --peering exclude each other: each shard has its own Lease")
+            spec = shards_mod.ShardSpec(config.shards, config.shard_key, config.replica_id
+                                        or f"{os.environ.get('POD_NAME') or socket.gethostname()}-{os.getpid()}")
+            self.ownership = shards_mod.Ownership(spec, shard_leases.KubeShardLeases(
+                self.api, config.workload_namespace, self.store, spec, self.clock))
+            await self._begin_term()
+        elif config.peering is None:
             await self._begin_term()
         else:
             self.health.standby = f"not holding the Lease {config.peering}"
@@ -500,6 +520,7 @@ class Shell:
             settings=self.engine_settings, listeners=[self.on_record], health=self.health, fence=fence,
             log_books=self.log_books,
             gpu_metrics_=gpu_metrics_mod.GpuMetrics(self.config.gpu_metrics) if self.config.gpu_metrics else None,
+            shards=self.ownership,
         )
         self.health.standby = None
         for workload, mode in self.overrides.items():
