@@ -74,10 +74,10 @@ class StatusCoalescer:
             now = self._monotonic()
             self._tokens = min(self.max_writes_per_s, self._tokens + (now - self._filled_at) * self.max_writes_per_s)
             self._filled_at = now
-            if self._tokens >= 1:
-                self._tokens -= 1
+            if self._tokens >= 1 - 1e-9:  # rounding of the refill must not leave it a hair short forever
+                self._tokens = max(0.0, self._tokens - 1)
                 return
-            await asyncio.sleep((1 - self._tokens) / self.max_writes_per_s)
+            await asyncio.sleep(max((1 - self._tokens) / self.max_writes_per_s, 0.001))
 
     async def flush(self, write: Callable[[str], Awaitable[object]], *, urgent_only: bool = False) -> int:
         """Write the dirty objects (urgent ones first); returns how many were written."""

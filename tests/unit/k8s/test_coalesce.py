@@ -54,4 +54,4 @@ async def test_the_write_rate_stays_within_the_budget() -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(coalesce.asyncio, "sleep", fake_sleep)
         assert await writer.flush(write) == 35
-    assert now[0] == pytest.approx(2.5)  # a burst of 10, then 10 per second: 25 more in 2.5 s
+    assert now[0] == pytest.approx(2.5, abs=0.05)  # a burst of 10, then 10 per second: 25 more in 2.5 s
