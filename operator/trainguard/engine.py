@@ -33,6 +33,7 @@ from typing import TypeVar
 
 from trainguard import health as health_mod
 from trainguard import settings as settings_mod
+from trainguard import shards as shards_mod
 from trainguard.act import executor as executor_mod
 from trainguard.act import ports as act_ports
 from trainguard.act import undrain
@@ -141,8 +142,14 @@ class Engine:
         gpu_metrics_: gpu_metrics.GpuMetrics | None = None,
         journal: journal_mod.Recorder | None = None,
         node_sources: Sequence[sources.NodeSource] = (),
+        shards: shards_mod.Ownership | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.shards = shards
+        """With ``--shards N``: the shards this replica holds; it tracks and acts on their workloads only,
+        and is the executor's fence (each mutation fenced on its workload's shard; ``shards.py``)."""
+        if shards is not None:
+            fence = shards
         self.journal = journal if journal is not None else journal_mod.Recorder(
             journal_store.JournalStore(store.sql_engine, retention_s=settings.journal_retention_s,
                                        max_bytes=settings.journal_max_bytes), clock_)
@@ -160,7 +167,8 @@ class Engine:
         self.settings = settings
         self.listeners = list(listeners)
         self.executor = executor_mod.Executor(scheduler, store, clock_, blast_limit=self._blast_limit, fence=fence)
-        self.discovery = discovery.JobDiscovery(scheduler, clock_)
+        self.discovery = discovery.JobDiscovery(
+            scheduler if shards is None else shards_mod.OwnedLister(scheduler, shards), clock_)
         self.undrainer = undrain.Undrainer(scheduler, store, clock_, self._undrain_rule)
         self.runtimes: dict[str, WorkloadRuntime] = {}
         self.mode_overrides: dict[str, vocab.Mode] = {}
@@ -200,6 +208,9 @@ class Engine:
         """Run until ``stop`` is set; then wait for in-flight recoveries to finish. Start-up recovery
         is retried (with backoff) until the scheduler and the store answer: nothing is decided before
         our own leftovers of a previous run are settled."""
+        if self.shards is not None and not await self._until_done(self.shards.leases.step, stop, health_mod.STORE):
+            self.metrics.stop_counting(self.workload_states)
+            return
         if not await self._until_done(self.recover, stop, health_mod.STORE):
             self.metrics.stop_counting(self.workload_states)
             return
@@ -212,6 +223,9 @@ class Engine:
             self._spawn(self._every(self.settings.sweep_interval_s, self.scorecard_watch.sweep, stop),
                         "scorecard-watch"),
         ]
+        if self.shards is not None:
+            loops.append(self._spawn(self._every(self.shards.leases.timing.renew_interval_s, self.shards.leases.step,
+                                                 stop, health_mod.STORE), "shard-leases"))
         if self.gpu_metrics is not None:
             loops.append(self._spawn(self._every(self.settings.metrics_interval_s, self.watch_metrics, stop),
                                      "gpu-metrics"))
@@ -225,6 +239,8 @@ class Engine:
         for rt in self.runtimes.values():
             rt.book.close()
         self.file_pool.close()
+        if self.shards is not None:
+            await self.shards.leases.release()
         self.metrics.stop_counting(self.workload_states)  # a standby replica tracks nothing
 
     def abort(self) -> None:
@@ -241,14 +257,40 @@ class Engine:
                 rt.task.cancel()
 
     async def recover(self) -> None:
-        """On start: the watchdog releases leftover holds of ours; pending advice is resumed."""
+        """On start: the watchdog releases leftover holds of ours; pending advice is resumed. Sharded:
+        only in the shards held (the watchdog asks the fence), the others' holders do theirs."""
+        if self.shards is not None:
+            self.shards.note(await self.scheduler.list_jobs())
+            self.shards.gained()  # what is held now is recovered here, not again by discover()
         released = await self.executor.watchdog.recover()
         for item in released:
             logger.warning("released a hold left by a previous run on %s (generation %d)", item.workload,
                            item.generation)
         for item in await self.store.pending_advice():
+            if not self._mine(item.workload):
+                continue
             logger.info("resuming advice %s attempt %d generation %d", item.workload, item.attempt, item.generation)
             await self.executor.reconcile(item)
+
+    def _mine(self, workload: str) -> bool:
+        """Whether this engine acts on ``workload``: always, unless sharded and its shard is another's."""
+        return self.shards is None or self.shards.owns(workload)
+
+    async def _take_over(self) -> None:
+        """Shards gained since the last round (another replica died or released them): resume their
+        pending generations and release holds of ours left in them, as ``recover`` does at start."""
+        if self.shards is None or not (gained := self.shards.gained()):
+            return
+        logger.info("shards %s now held: resuming their pending recoveries", sorted(gained))
+        await self.executor.watchdog.recover()
+        for item in await self.store.pending_advice():
+            if self.shards.index_of(item.workload) not in gained:
+                continue
+            rt = self.runtimes.get(item.workload)
+            if rt is None:
+                await self.executor.reconcile(item)
+            elif rt.task is None or rt.task.done():
+                rt.task = self._spawn(self._carry_out(rt, item), f"takeover:{item.workload}:{item.generation}")
 
     async def _every(self, interval: float, work: Callable[[], Awaitable[None]], stop: asyncio.Event,
                      *reaches: str) -> None:
@@ -302,13 +344,18 @@ class Engine:
         for job in (*delta.changed, *delta.finished):
             rt = self.runtimes.get(job.workload)
             if rt is None:
-                await self._track(job)
+                await self._track_all([job])
                 continue
             await self._update(rt, job)
         for job in delta.gone:
             rt = self.runtimes.pop(job.workload, None)
-            if rt is not None:
+            if rt is not None and self.shards is not None and not self.shards.owns(job.workload):
+                if rt.task is not None and not rt.task.done():
+                    rt.task.cancel()  # fenced anyway; the shard's new holder resumes it
+                await self._close(rt, "its shard is no longer held by this replica")
+            elif rt is not None:
                 await self._close(rt, "the scheduler no longer knows the job")
+        await self._take_over()
         await self._forget_settled()
         await self.journal.flush()
 
@@ -375,7 +422,8 @@ class Engine:
         """Start tracking new jobs, up to ``TRACK_BATCH`` at once: their store writes share commits
         (``AuditStore.grouped``) and their files are looked at in parallel on the pool, so that a
         thousand new jobs take a few commits instead of thousands. A job whose tracking fails
-        does not keep the others from being tracked; the round then fails with its error. The
+        does not keep the others from being tracked; the round then fails with its error, and the
+        job is new again in the next round (never left known to discovery but untracked). The
         table keeps the scheduler's order."""
         failed: BaseException | None = None
         known = await self.store.known_workloads([job.workload for job in jobs]) if jobs else set()
@@ -390,10 +438,13 @@ class Engine:
                                            return_exceptions=True)
             for j, result in zip(chunk, results, strict=True):
                 rt = self.runtimes.pop(j.workload, None)
-                if rt is not None:
+                if isinstance(result, BaseException):
+                    failed = failed or result
+                    if rt is not None:
+                        rt.book.close()
+                    self.discovery.retry(j.job_id)  # new again next round: never known but untracked
+                elif rt is not None:
                     self.runtimes[j.workload] = rt
-                if isinstance(result, BaseException) and failed is None:
-                    failed = result
             chunk = []
         if failed is not None:
             raise failed
@@ -1061,14 +1112,15 @@ class Engine:
         await self.executor.watchdog.sweep()
         now = self.clock.now()
         for item in await self.store.pending_advice():
-            if item.release_at is None or now < item.release_at:
+            if item.release_at is None or now < item.release_at or not self._mine(item.workload):
                 continue
             rt = self.runtimes.get(item.workload)
             if rt is None:
                 await self.executor.reconcile(item)
             elif rt.task is None or rt.task.done():
                 rt.task = self._spawn(self._carry_out(rt, item), f"release:{item.workload}:{item.generation}")
-        await self.undrainer.sweep()
+        if self.shards is None or 0 in self.shards.leases.held():  # node housekeeping: shard 0's holder
+            await self.undrainer.sweep()
 
     def _undrain_rule(self, policy_name: str) -> undrain.UndrainRule | None:
         """``exclusion.undrainAfter`` and the effective mode of the policy that drained a node."""

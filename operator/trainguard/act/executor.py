@@ -229,8 +229,8 @@ class Executor:
         intent = self._row(item, step, actions.ActionStatus.INTENT)
         if row is None:
             intent = _with_added_nodes(intent, step, seen)
-        await self._ledger.begin_action(intent, at=self._clock.now(), fence=self._fence.token())
-        self._fence.token()
+        await self._ledger.begin_action(intent, at=self._clock.now(), fence=self._fence.token(item.workload))
+        self._fence.token(item.workload)
         try:
             await step.run(self._scheduler)
         except Exception as exc:

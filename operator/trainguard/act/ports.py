@@ -89,16 +89,17 @@ class Fence(Protocol):
     The engine knows nothing about how leadership is decided (a Kubernetes Lease, ``k8s/lease.py``);
     it only asks for the token to fence the next mutation with. ``token`` raises
     ``actions.FencedError`` when this instance knows it is no longer the leader; it returns None when
-    there is nothing to fence (one standalone instance, ``ALWAYS_LEADER``).
+    there is nothing to fence (one standalone instance, ``ALWAYS_LEADER``). ``workload`` is the
+    workload the mutation is for: with several shards (``shards.py``) each has its own lease and token.
     """
 
-    def token(self) -> actions.FenceToken | None: ...
+    def token(self, workload: str = "") -> actions.FenceToken | None: ...
 
 
 class AlwaysLeader:
     """The fence of a standalone run: one instance, always acting, no token to check."""
 
-    def token(self) -> actions.FenceToken | None:
+    def token(self, workload: str = "") -> actions.FenceToken | None:
         return None
 
 

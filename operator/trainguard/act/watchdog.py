@@ -118,11 +118,20 @@ class Watchdog:
         self._clock = clock_
         self._fence = fence
 
+    def _covers(self, workload: str) -> bool:
+        """Whether this instance may act on ``workload`` now. With shards (``shards.py``) other replicas own
+        the others' generations: skipped quietly here, not stopped at as a lost leadership."""
+        try:
+            self._fence.token(workload)
+        except actions.FencedError:
+            return False
+        return True
+
     async def abandon(self, item: advice.Advice, reason: str) -> vocab.Disposition:
         """Release our hold (if any), record the watchdog intervention, close the generation.
 
         Raises ``actions.FencedError`` (closing nothing) when this instance is no longer the leader."""
-        self._fence.token()
+        self._fence.token(item.workload)
         released, release_error, _ = await self.release_our_hold(item)
         payload: dict[str, object] = {"reason": reason, "released_hold": released, "action": item.action.value}
         if release_error:
@@ -168,8 +177,8 @@ class Watchdog:
             await self._ledger.begin_action(actions.ActionRecord(
                 workload=item.workload, attempt=item.attempt, generation=item.generation, step=RELEASE_STEP,
                 operation=actions.Operation.RELEASE, args={"job_id": job_id}, decided_by=vocab.Decider.WATCHDOG,
-            ), at=self._clock.now(), fence=self._fence.token())
-            self._fence.token()
+            ), at=self._clock.now(), fence=self._fence.token(item.workload))
+            self._fence.token(item.workload)
             await self._scheduler.release(job_id)
         except actions.FencedError:
             raise
@@ -189,7 +198,8 @@ class Watchdog:
     async def sweep(self) -> list[advice.Advice]:
         """Abandon pending generations whose deadline has passed; returns them."""
         now = self._clock.now()
-        expired = [a for a in await self._ledger.pending_advice() if a.deadline is not None and now >= a.deadline]
+        expired = [a for a in await self._ledger.pending_advice()
+                   if a.deadline is not None and now >= a.deadline and self._covers(a.workload)]
         done: list[advice.Advice] = []
         for item in expired:
             try:
@@ -210,7 +220,7 @@ class Watchdog:
         """
         await self.sweep()
         rows = await self._ledger.actions_by_operation(list(_HOLDING))
-        keys = sorted({(r.workload, r.attempt, r.generation) for r in rows})
+        keys = sorted({(r.workload, r.attempt, r.generation) for r in rows if self._covers(r.workload)})
         released: list[advice.Advice] = []
         for workload, attempt, generation in keys:
             item = await self._ledger.get_advice(workload, attempt, generation)

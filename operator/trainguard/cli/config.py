@@ -64,6 +64,7 @@ READ_ELSEWHERE: Final = {
 
 Mode = Literal["monitor", "action"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+ShardKey = Literal["cluster", "partition", "namespace"]
 PathList = Annotated[list[Path], NoDecode]
 TextList = Annotated[list[str], NoDecode]
 
@@ -180,6 +181,14 @@ class Settings(BaseSettings):
     prometheus_node_regex: str | None = Field(None, description="regex over that label's value whose first group (or "
                                               "whole match) is the scheduler's node name (default: the value, or its "
                                               "part before the first dot)", json_schema_extra=_flag(metavar="REGEX"))
+    shards: int = Field(1, ge=1, le=4096, description="split the workloads into N shards, each acted on by the "
+                        "replica holding its lease (1: no sharding). Every replica must give the same --shards and "
+                        "--shard-key and one shared audit database (docs/sharding.md)",
+                        json_schema_extra=_flag(metavar="N"))
+    shard_key: ShardKey = Field("cluster", description="what a workload's shard is derived from: its Slurm cluster, "
+                                "its partition or its Kubernetes namespace")
+    replica_id: str = Field("", max_length=200, description="this replica's name in the shard leases (default: "
+                            "host name and process id); unique per live replica", json_schema_extra=_flag(metavar="ID"))
     log_level: LogLevel = "INFO"
 
     COMMAND: ClassVar[str] = ""

@@ -82,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
         victorialogs=run_mod.victorialogs_config(cfg),
         loki=loki,
         gpu_metrics=gpu_metrics,
+        shards=cfg.shards,
+        shard_key=cfg.shard_key,
+        replica_id=cfg.replica_id,
     )
     code: int = operator.main(operator_config)
     return code

@@ -22,9 +22,12 @@ from trainguard import settings as settings_mod
 from trainguard.cli import config
 
 if TYPE_CHECKING:
+    from trainguard import shards
     from trainguard.detect import catalog as catalog_mod
+    from trainguard.model import clock
     from trainguard.policy import loader
     from trainguard.signals import gpu_metrics, loki, loki_book, sources, victorialogs
+    from trainguard.store import audit
 
 logger = logging.getLogger("trainguard.run")
 
@@ -119,6 +122,20 @@ def open_gpu_metrics(cfg: config.Settings) -> gpu_metrics.GpuMetrics | None:
     return None if settings is None else gpu_metrics.GpuMetrics(settings)
 
 
+def store_shards(cfg: config.Settings, store: audit.AuditStore, clock_: clock.Clock) -> shards.Ownership | None:
+    """``--shards N`` (N > 1): this replica's share of the workloads, leases in the audit database."""
+    if cfg.shards <= 1:
+        return None
+    from trainguard import shards as shards_mod
+
+    spec = shards_mod.ShardSpec(cfg.shards, cfg.shard_key, cfg.replica_id or shards_mod.default_replica_id())
+    if store.sql_engine.dialect.name == "sqlite":
+        logger.warning("--shards %d with SQLite: every replica must share this one file (one host); use PostgreSQL "
+                       "for replicas on several hosts", cfg.shards)
+    logger.info("sharding by %s into %d shards as replica %s", spec.key, spec.count, spec.replica)
+    return shards_mod.Ownership(spec, shards_mod.StoreLeases(store, spec, clock_))
+
+
 class _Fatal(Exception):
     """A start-up problem to report in one line."""
 
@@ -170,7 +187,7 @@ async def _main(
     engine = engine_mod.Engine(
         scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health,
         log_books=log_books,
-        gpu_metrics_=metrics,
+        gpu_metrics_=metrics, shards=store_shards(cfg, store, clock.SystemClock()),
     )
     stop = asyncio.Event()
     server = None
@@ -195,6 +212,8 @@ async def _main(
                     server.url if server is not None else "off")
         if once:
             try:
+                if engine.shards is not None:
+                    await engine.shards.leases.step()
                 await engine.recover()
                 await engine.discover()
                 await engine.tail()

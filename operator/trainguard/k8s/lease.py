@@ -183,7 +183,7 @@ class LeaseFence:
         self.elector = elector
         self._token = token
 
-    def token(self) -> actions.FenceToken:
+    def token(self, workload: str = "") -> actions.FenceToken:
         if not self.elector.holds():
             raise actions.FencedError(f"{self._token.describe()}: Lease {self.elector.namespace}/{self.elector.name} "
                                       "lost or not renewed within the renew deadline")

@@ -48,11 +48,12 @@ from pydantic import ValidationError
 from trainguard import engine as engine_mod
 from trainguard import health as health_mod
 from trainguard import settings as settings_mod
+from trainguard import shards as shards_mod
 from trainguard.act import ports as act_ports
 from trainguard.detect import catalog as catalog_mod
 from trainguard.http import api as http_api
 from trainguard.http import app as http_app
-from trainguard.k8s import client, events, lease, policies, recovery, review, slinky, status
+from trainguard.k8s import client, coalesce, events, lease, policies, recovery, review, shard_leases, slinky, status
 from trainguard.k8s import kube_signals as kube_signals_mod
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
@@ -66,6 +67,10 @@ logger = logging.getLogger("trainguard.operator")
 
 REPORT_QUEUE: Final = 10_000
 """Engine records waiting for their Event; bounded so an API outage cannot grow memory without end."""
+URGENT_KINDS: Final = frozenset({vocab.AuditKind.ADVICE.value, vocab.AuditKind.OUTCOME.value,
+                                  vocab.AuditKind.WATCHDOG.value})
+"""Records whose status change is written within the coalescer's settle time (a recovery starts,
+ends or is given up); other records' changes go out with the next timed flush."""
 GROUP: Final = "trainguard.dev"
 VERSION: Final = "v1alpha1"
 POLICIES: Final = "recoverypolicies"
@@ -119,6 +124,11 @@ class OperatorConfig:
     """Read job output from this Loki instead of the output files (not together with ``victorialogs``)."""
     gpu_metrics: gpu_metrics_mod.GpuMetricsConfig | None = None
     """DCGM evidence from Prometheus/VictoriaMetrics (``--prometheus-url``); None: not configured."""
+    shards: int = 1
+    """> 1: every replica runs the engine on the shards whose Kubernetes Leases it holds
+    (``k8s/shard_leases.py``, docs/sharding.md); not together with ``peering``."""
+    shard_key: shards_mod.ShardKey = "cluster"
+    replica_id: str = ""
 
 
 @dataclass
@@ -151,6 +161,12 @@ class Shell:
     engine_settings: settings_mod.EngineSettings = field(default_factory=settings_mod.EngineSettings)
     untracked_since: dict[str, float] = field(default_factory=dict)
     stats: status.SyncStats = field(default_factory=status.SyncStats)
+    coalescer: coalesce.StatusCoalescer = field(default_factory=coalesce.StatusCoalescer)
+    """WorkloadRecovery status writes: latest state per object, bounded writes/s (``k8s/coalesce.py``)."""
+    ownership: shards_mod.Ownership | None = None
+    """With ``config.shards`` > 1: the shards this replica holds (Kubernetes Leases)."""
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """WorkloadRecovery name -> the object as last read or created (its uid names it in Events)."""
     clock: clock.Clock = field(default_factory=clock.SystemClock)
     log_client: victorialogs.Client | loki.LokiClient | None = None
     log_books: sources.BookFactory = sources.file_books
@@ -255,10 +271,11 @@ class Shell:
         if rt is None:
             return
         try:
-            obj = await self._ensure(rt)
+            obj = await self._object(rt)
         except (client.ApiException, aiohttp.ClientError, TimeoutError, ValueError) as exc:
             logger.warning("%s: cannot update its WorkloadRecovery: %s", workload, client.message_of(exc))
             return
+        self.coalescer.mark(workload, urgent=kind in URGENT_KINDS)
         metadata = obj.get("metadata") or {}
         ref = events.ObjectRef(recovery.API_VERSION, recovery.KIND, str(metadata.get("name")),
                                self.config.workload_namespace, metadata.get("uid"))
@@ -299,14 +316,32 @@ class Shell:
                 await events.post(self.api, ref, events.Draft(events.NORMAL, events.NODE_CORDONED, message),
                                   self.now())
 
-    async def _ensure(self, rt: engine_mod.WorkloadRuntime, observed: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Create the workload's WorkloadRecovery if missing; sync its status; return the object."""
-        assert self.api is not None
+    async def _view(self, rt: engine_mod.WorkloadRuntime) -> status.WorkloadView:
         steps: list[actions.ActionRecord] = []
         item = rt.last_advice
         if item is not None and self.store is not None:
             steps = await self.store.actions_for(item.workload, item.attempt, item.generation)
-        view = status.view_of(rt, steps)
+        return status.view_of(rt, steps)
+
+    async def _object(self, rt: engine_mod.WorkloadRuntime) -> dict[str, Any]:
+        """The workload's WorkloadRecovery as known (read or created once); its status is written by the
+        coalescer (a new object's at once)."""
+        name = status.object_name(rt.workload)
+        obj = self.objects.get(name)
+        if obj is None:
+            obj = await self._ensure(rt)
+        return obj
+
+    async def write_status(self, workload: str) -> None:
+        """The coalescer's write: the workload's status as the engine shows it now (read, compare, patch)."""
+        rt = self.engine.runtimes.get(workload) if self.engine is not None else None
+        if rt is not None:
+            await self._ensure(rt)
+
+    async def _ensure(self, rt: engine_mod.WorkloadRuntime, observed: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Create the workload's WorkloadRecovery if missing; sync its status; return the object."""
+        assert self.api is not None
+        view = await self._view(rt)
         namespace = self.config.workload_namespace
         name = status.object_name(view.workload)
         async with self.lock:
@@ -329,6 +364,7 @@ class Shell:
                     obj = await status.get_object(self.api, namespace, name)
             await status.sync_status(self.api, namespace, name, view, now=self.now(), observed=obj, stats=self.stats)
             self.untracked_since.pop(name, None)
+            self.objects[name] = {"metadata": {k: (obj.get("metadata") or {}).get(k) for k in ("name", "uid")}}
             return obj
 
     # -------------------------------------------------------------- the reconcile loop
@@ -352,11 +388,18 @@ class Shell:
                 continue  # not a Slurm workload; Kubernetes workloads report on their own objects
             tracked.add(name)
             try:
-                await self._ensure(rt, dict(existing[name]) if name in existing else None)
+                if name not in existing:
+                    await self._ensure(rt)  # a new object: created with its status at once
+                elif status.differs(await self._view(rt), existing[name], now=self.now()):
+                    self.coalescer.mark(rt.workload)  # written by the coalescer, within the write budget
             except client.ApiException as exc:
                 logger.warning("WorkloadRecovery %s: %s", name, client.message_of(exc))
         now = self.clock.now()
         for name in set(existing) - tracked:
+            if self.ownership is not None and not self.ownership.owns(
+                    str(((existing[name].get("metadata") or {}).get("annotations") or {}).get(
+                        status.WORKLOAD_ANNOTATION, ""))):
+                continue  # another replica's shard (or a shard unknown): its holder collects it
             since = self.untracked_since.setdefault(name, now)
             if now - since < self.config.retention_s:
                 continue
@@ -370,6 +413,7 @@ class Shell:
                                    client.message_of(exc))
                     continue
             self.untracked_since.pop(name, None)
+            self.objects.pop(name, None)
         await self._policy_statuses()
 
     async def _policy_statuses(self) -> None:
@@ -451,7 +495,15 @@ class Shell:
         if "kubernetes" in {p.strip() for p in config.scheduler.split(",")} and self.kube_signals is None:
             self.kube_signals = await kube_signals_mod.open_signals()
             self.log_books = kube_signals_mod.routed(self.kube_signals.log_books, self.log_books)
-        if config.peering is None:
+        if config.shards > 1:
+            if config.peering is not None:
+                raise ValueError("--shards and --peering exclude each other: each shard has its own Lease")
+            spec = shards_mod.ShardSpec(config.shards, config.shard_key, config.replica_id
+                                        or f"{os.environ.get('POD_NAME') or socket.gethostname()}-{os.getpid()}")
+            self.ownership = shards_mod.Ownership(spec, shard_leases.KubeShardLeases(
+                self.api, config.workload_namespace, self.store, spec, self.clock))
+            await self._begin_term()
+        elif config.peering is None:
             await self._begin_term()
         else:
             self.health.standby = f"not holding the Lease {config.peering}"
@@ -482,6 +534,7 @@ class Shell:
             log_books=self.log_books,
             node_sources=self.kube_signals.node_sources if self.kube_signals is not None else (),
             gpu_metrics_=gpu_metrics_mod.GpuMetrics(self.config.gpu_metrics) if self.config.gpu_metrics else None,
+            shards=self.ownership,
         )
         self.health.standby = None
         for workload, mode in self.overrides.items():
@@ -492,6 +545,7 @@ class Shell:
             _spawn(self.engine.run(self.term_stop), "engine"),
             _spawn(self.reconcile_forever(self.term_stop), "workloadrecovery-reconcile"),
             _spawn(self.report_forever(self.term_stop), "workloadrecovery-report"),
+            _spawn(self.coalescer.run(self.term_stop, self.write_status), "workloadrecovery-status"),
         ]
 
     async def _end_term(self, *, abort: bool = False) -> None:

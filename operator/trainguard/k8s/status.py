@@ -381,6 +381,20 @@ def project(
     )
 
 
+def differs(view: WorkloadView, observed: Mapping[str, Any], *, now: datetime.datetime) -> bool:
+    """Whether ``observed`` (an object as listed) shows another status than the projection of ``view``."""
+    previous = parse_status(observed.get("status"))
+    generation = (observed.get("metadata") or {}).get("generation")
+    return previous != as_stored(project(view, previous, generation=generation if isinstance(generation, int) else None,
+                                         now=now))
+
+
+def as_stored(status: recovery.WorkloadRecoveryStatus) -> recovery.WorkloadRecoveryStatus:
+    """``status`` as it reads back from the API server: times are written to the second, so a projection
+    with sub-second times is compared in that form, or every round would rewrite an unchanged status."""
+    return recovery.WorkloadRecoveryStatus.model_validate(status_body(status))
+
+
 def parse_status(raw: Any) -> recovery.WorkloadRecoveryStatus | None:
     """The stored status, or None when absent or not ours to read (then it is rewritten)."""
     if not isinstance(raw, Mapping) or not raw:
@@ -438,7 +452,8 @@ async def sync_status(
         metadata = current.get("metadata") or {}
         previous = parse_status(current.get("status"))
         generation = metadata.get("generation")
-        desired = project(view, previous, generation=generation if isinstance(generation, int) else None, now=now)
+        desired = as_stored(project(view, previous, generation=generation if isinstance(generation, int) else None,
+                                    now=now))
         if previous == desired:
             stats.unchanged += 1
             return False

@@ -126,6 +126,11 @@ class JobDiscovery:
         if tracked is not None:
             self.state.forgotten[job_id] = tracked.snapshot.attempt
 
+    def retry(self, job_id: str) -> None:
+        """The engine could not start tracking this job (e.g. the store timed out): report it as new
+        again at the next poll, instead of keeping it as known and never tracked."""
+        self.state.jobs.pop(job_id, None)
+
     @property
     def tracked(self) -> Mapping[str, workloads.JobSnapshot]:
         return {job_id: t.snapshot for job_id, t in self.state.jobs.items()}

@@ -233,6 +233,16 @@ _NODE_FAULTS = frozenset({vocab.Attribution.HARDWARE, vocab.Attribution.SYSTEM, 
 """Attributions whose suspect nodes are remembered in node_history (lemon-node memory)."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """One lease's latest claim as a candidate observes it: who holds it (empty: released), its
+    term, and when its holder last renewed it or fenced an intent with it (the holder's clock)."""
+
+    holder: str
+    term: int
+    renewed_at: float
+
+
 class _ClaimRaced(Exception):
     """Another replica claimed between our read and our conditional update (retried)."""
 
@@ -730,6 +740,71 @@ class AuditStore:
         async with self._sessions() as session:
             row = await session.get(tables.LeadershipRow, lease)
             return None if row is None else actions.FenceToken(lease=row.lease, holder=row.holder, term=row.term)
+
+    async def lease_records(self, prefix: str) -> dict[str, LeaseRecord]:
+        """Every claim whose lease name starts with ``prefix`` (the shard leases of one sharding, and
+        its members), in one read: what a shard candidate observes each round (``shards.StoreLeases``)."""
+        async with self._sessions() as session:
+            rows = (await session.scalars(sa.select(tables.LeadershipRow)
+                                          .where(tables.LeadershipRow.lease.startswith(prefix, autoescape=True))))
+            return {row.lease: LeaseRecord(holder=row.holder, term=row.term, renewed_at=to_epoch(row.last_fenced_at))
+                    for row in rows}
+
+    async def take_lease(self, lease: str, holder: str, *, observed_term: int | None,
+                         at: float) -> actions.FenceToken | None:
+        """Take ``lease`` for ``holder`` as the next term, only if its claim is still the one observed
+        (``observed_term``; None: no claim yet). None when another replica wrote in between: of two
+        candidates racing for a free or expired lease exactly one wins. Unlike ``claim_leadership``,
+        which claims on top of whatever is there (the Kubernetes Lease already decided who leads),
+        this conditional update is itself the election of a database lease."""
+        when = to_datetime(at)
+
+        async def work(session: AsyncSession) -> actions.FenceToken | None:
+            if observed_term is None:
+                session.add(tables.LeadershipRow(lease=lease, holder=holder, term=1, claimed_at=when,
+                                                 last_fenced_at=when))
+                await session.flush()
+                return actions.FenceToken(lease=lease, holder=holder, term=1)
+            update = (sa.update(tables.LeadershipRow)
+                      .where(tables.LeadershipRow.lease == lease, tables.LeadershipRow.term == observed_term)
+                      .values(holder=holder, term=observed_term + 1, claimed_at=when, last_fenced_at=when)
+                      .execution_options(synchronize_session=False))
+            if (await session.execute(update)).rowcount != 1:  # type: ignore[attr-defined]
+                return None
+            return actions.FenceToken(lease=lease, holder=holder, term=observed_term + 1)
+
+        try:
+            return await self._commit(work)
+        except sa_exc.IntegrityError:
+            return None  # another replica created the first claim at the same time
+
+    async def renew_lease(self, token: actions.FenceToken, *, at: float) -> bool:
+        """Renew a database lease: the same conditional write a fenced intent makes (``_check_fence``),
+        so the new ``renewed_at`` tells the other candidates the holder is alive. False when the
+        token is no longer the latest claim (another replica took the lease): stop acting on it."""
+
+        async def work(session: AsyncSession) -> bool:
+            try:
+                await self._check_fence(session, token, at)
+            except actions.FencedError:
+                return False
+            return True
+
+        return await self._commit(work)
+
+    async def release_lease(self, token: actions.FenceToken, *, at: float) -> bool:
+        """Give a database lease up (a clean stop or a rebalance): the holder becomes empty, the term
+        stays, so the next taker's term is higher and this token is refused from then on."""
+
+        async def work(session: AsyncSession) -> bool:
+            update = (sa.update(tables.LeadershipRow)
+                      .where(tables.LeadershipRow.lease == token.lease, tables.LeadershipRow.holder == token.holder,
+                             tables.LeadershipRow.term == token.term)
+                      .values(holder="", last_fenced_at=to_datetime(at))
+                      .execution_options(synchronize_session=False))
+            return bool((await session.execute(update)).rowcount == 1)  # type: ignore[attr-defined]
+
+        return await self._commit(work)
 
     @staticmethod
     async def _check_fence(session: AsyncSession, fence: actions.FenceToken, at: float) -> None:

@@ -23,7 +23,7 @@ class Token:
         self.value = token
         self.lost = False
 
-    def token(self) -> actions.FenceToken:
+    def token(self, workload: str = "") -> actions.FenceToken:
         if self.lost:
             raise actions.FencedError(f"{self.value.describe()}: lease lost")
         return self.value

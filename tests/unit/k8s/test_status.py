@@ -215,3 +215,15 @@ def test_ready_summarises_the_other_conditions_and_the_phase(
     name: str, fields: dict[str, Any], expected: tuple[condition.ConditionStatus, str],
 ) -> None:
     assert ready(status.project(view(**fields), None, generation=2, now=T0)) == expected, name
+
+
+def test_a_status_as_written_reads_back_unchanged_even_with_sub_second_times() -> None:
+    """The API server keeps times to the second; a projection made from sub-second record times must
+    compare equal to what was written, or every reconcile round patches every object again."""
+    fine = tuple(status.Record(kind, 1769860800.25 + i, payload)
+                 for i, (kind, payload) in enumerate([("anomaly", ANOMALY), ("verdict", VERDICT)]))
+    now = T0 + datetime.timedelta(microseconds=123_456)
+    written = status.status_body(status.project(view(records=fine, detector_attempt=0), None, generation=1, now=now))
+    stored = {"metadata": {"generation": 1}, "status": written}
+    assert not status.differs(view(records=fine, detector_attempt=0), stored, now=now)
+    assert status.differs(view(records=fine[:1], detector_attempt=0, job=job(held=True)), stored, now=now)
