@@ -317,7 +317,8 @@ class OperatorSettings(Settings):
 
     scheduler: str | None = Field("slurm-local", description="slurm-local | slurm-ssh://USER@HOST[:PORT] | "
                                   "slurm-rest://HOST:PORT (default: slurm-local, i.e. scontrol/squeue with $SLURM_CONF "
-                                  "and the JWT)", json_schema_extra=_flag(metavar="SPEC"))
+                                  "and the JWT) | kubernetes (JobSets and PyTorchJobs annotated trainguard.dev/policy)",
+                                  json_schema_extra=_flag(metavar="SPEC"))
     namespace: TextList = Field(default_factory=list, description="namespace whose RecoveryPolicy/WorkloadRecovery "
                                 "objects are served (repeatable; default: pod_namespace, else 'default')",
                                 json_schema_extra=_flag(metavar="NS", short="-n"))

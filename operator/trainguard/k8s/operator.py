@@ -53,6 +53,8 @@ from trainguard.http import api as http_api
 from trainguard.http import app as http_app
 from trainguard.k8s import api as api_mod
 from trainguard.k8s import events, lease, policies, recovery, review, slinky, status
+from trainguard.k8s.kubejobs import scheduler as kube_scheduler
+from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
@@ -75,7 +77,8 @@ class OperatorConfig:
     environment reads scattered through the handlers, so a test can build it and print it."""
 
     scheduler: str
-    """Scheduler spec, as for ``trainguard run`` (slurm-local | slurm-ssh://... | slurm-rest://...)."""
+    """Scheduler spec, as for ``trainguard run`` (slurm-local | slurm-ssh://... | slurm-rest://...), or
+    ``kubernetes``: JobSets and PyTorchJobs annotated ``trainguard.dev/policy`` (``k8s/kubejobs``)."""
     namespaces: tuple[str, ...] = ()
     """Namespaces whose RecoveryPolicy/WorkloadRecovery objects are served; empty with clusterwide."""
     clusterwide: bool = False
@@ -248,6 +251,12 @@ class Shell:
             return
         rt = self.engine.runtimes.get(workload)
         if rt is None:
+            return
+        if isinstance(self.scheduler, kube_scheduler.KubeScheduler):
+            own = kube_wiring.workload_ref(self.scheduler, workload)
+            draft = events.draft_for(kind, payload)
+            if own is not None and draft is not None:  # Events on the JobSet/PyTorchJob itself
+                await events.post(self.api, own, draft, self.now())
             return
         try:
             obj = await self._ensure(rt)
@@ -422,7 +431,10 @@ class Shell:
         env = dict(config.scheduler_env if config.scheduler_env is not None else os.environ)
         if config.scheduler.startswith("slurm-rest:") and config.rest_fallback != "none":
             fallback = factory.open_scheduler(config.rest_fallback, env=env)
-        self.scheduler = factory.open_scheduler(config.scheduler, env=env, jwt=config.jwt, fallback=fallback)
+        if config.scheduler.strip() == kube_wiring.SPEC:
+            self.scheduler = await kube_wiring.open_scheduler()
+        else:
+            self.scheduler = factory.open_scheduler(config.scheduler, env=env, jwt=config.jwt, fallback=fallback)
         engine_settings = settings_mod.EngineSettings(discovery_interval_s=config.poll_s,
                                                       allow_action=config.allow_action)
         context = audit.AuditContext(policy_version="kubernetes", catalog_version=catalog.version,
@@ -479,6 +491,8 @@ class Shell:
             _spawn(self.reconcile_forever(self.term_stop), "workloadrecovery-reconcile"),
             _spawn(self.report_forever(self.term_stop), "workloadrecovery-report"),
         ]
+        if isinstance(self.scheduler, kube_scheduler.KubeScheduler):
+            self.term_tasks.append(_spawn(kube_wiring.sweep_forever(self.scheduler, self.term_stop), "exclusion-sweep"))
 
     async def _end_term(self, *, abort: bool = False) -> None:
         """Stop acting: the engine stops discovery and waits for in-flight recoveries, or, with
