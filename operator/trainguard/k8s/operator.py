@@ -178,6 +178,9 @@ class Shell:
         if workload:
             return str(workload)
         ref = (body.get("spec") or {}).get("workload") or {}
+        if ref.get("kind") in (recovery.WorkloadKind.JOBSET, recovery.WorkloadKind.PYTORCH_JOB) and ref.get("id"):
+            namespace = (body.get("metadata") or {}).get("namespace") or self.config.workload_namespace
+            return f"k8s/{namespace}/{ref['kind']}/{ref['id']}"
         if ref.get("kind") != recovery.WorkloadKind.SLURM_JOB or not ref.get("id"):
             return None
         if ref.get("cluster"):
@@ -252,11 +255,14 @@ class Shell:
         rt = self.engine.runtimes.get(workload)
         if rt is None:
             return
-        if isinstance(self.scheduler, kube_scheduler.KubeScheduler):
-            own = kube_wiring.workload_ref(self.scheduler, workload)
+        own = kube_wiring.workload_ref(self.scheduler, workload) \
+            if isinstance(self.scheduler, kube_scheduler.KubeScheduler) else None
+        if own is not None:  # a JobSet/PyTorchJob: Events on the workload itself, and its WorkloadRecovery
             draft = events.draft_for(kind, payload)
-            if own is not None and draft is not None:  # Events on the JobSet/PyTorchJob itself
+            if draft is not None:
                 await events.post(self.api, own, draft, self.now())
+            with contextlib.suppress(api_mod.ApiError, aiohttp.ClientError, TimeoutError, ValueError):
+                await self._ensure(rt)
             return
         try:
             obj = await self._ensure(rt)
@@ -311,8 +317,13 @@ class Shell:
         if item is not None and self.store is not None:
             steps = await self.store.actions_for(item.workload, item.attempt, item.generation)
         view = status.view_of(rt, steps)
-        namespace = self.config.workload_namespace
+        namespace = status.namespace_of(view.workload, self.config.workload_namespace)
         name = status.object_name(view.workload)
+        owner = None
+        if isinstance(self.scheduler, kube_scheduler.KubeScheduler):
+            owner = kube_wiring.owner_of(self.scheduler, view.workload)
+            if owner is None and status.kube_workload(view.workload) is not None:
+                raise ValueError(f"{view.workload}: uid not known yet; its WorkloadRecovery waits for the watch")
         async with self.lock:
             obj = observed
             if obj is None:
@@ -324,7 +335,7 @@ class Shell:
             if obj is None:
                 try:
                     obj = await self.api.create(
-                        api_mod.WORKLOAD_RECOVERIES, status.desired_object(view, namespace), namespace
+                        api_mod.WORKLOAD_RECOVERIES, status.desired_object(view, namespace, owner), namespace
                     )
                     logger.info("created WorkloadRecovery %s/%s for %s", namespace, name, view.workload)
                 except api_mod.ApiError as exc:
@@ -352,11 +363,13 @@ class Shell:
             try:
                 name = status.object_name(rt.workload)
             except ValueError:
-                continue  # not a Slurm workload; Kubernetes workloads report on their own objects
-            tracked.add(name)
+                continue  # a workload id no WorkloadRecovery kind describes
+            mine = status.namespace_of(rt.workload, namespace) == namespace
+            if mine:
+                tracked.add(name)
             try:
-                await self._ensure(rt, dict(existing[name]) if name in existing else None)
-            except api_mod.ApiError as exc:
+                await self._ensure(rt, dict(existing[name]) if mine and name in existing else None)
+            except (api_mod.ApiError, ValueError) as exc:
                 logger.warning("WorkloadRecovery %s: %s", name, exc)
         now = self.clock.now()
         for name in set(existing) - tracked:

@@ -24,7 +24,7 @@ import yaml
 from tests.support.kube import LocalKube, unique_name
 from tests.support.kubejobs import install_workload_crds
 from trainguard.act import executor
-from trainguard.k8s import client
+from trainguard.k8s import client, operator
 from trainguard.k8s.kubejobs import common, nodes, scheduler
 from trainguard.model import advice, clock, vocab, workloads
 from trainguard.schedulers import base
@@ -360,3 +360,44 @@ async def test_executor_lets_the_jobsets_own_restart_stand_and_only_excludes_the
         assert nodes.has_our_taint(w.node(w.nodes[1]))
     finally:
         await store.close()
+
+
+async def test_the_operator_keeps_a_workload_recovery_owned_by_each_opted_in_jobset(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``trainguard operator --scheduler kubernetes`` as the shipped RBAC's identity: the opted-in
+    JobSet gets a WorkloadRecovery in its namespace with an owner reference to it (garbage-collected
+    with it); the other JobSet gets none; the printer columns show the mode and the latest step."""
+    w = world
+    ok(w.kube, "apply", "-k", str(REPO / "crds"))
+    for crd in ("recoverypolicies.trainguard.dev", "workloadrecoveries.trainguard.dev"):
+        ok(w.kube, "wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    w.jobset("train")
+    w.jobset("not-mine", policy=None)
+    w.jobset_pods("train", layout(w))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "operator.kubeconfig"))
+    config = operator.OperatorConfig(
+        scheduler="kubernetes", namespaces=(w.ns,), workload_namespace=w.ns,
+        db_url=f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}", status_interval_s=0.5, poll_s=1.0)
+    stop = asyncio.Event()
+    running = asyncio.create_task(operator.run(config, stop_flag=stop))
+    try:
+        async def created() -> bool:
+            assert not running.done(), running.exception() if not running.cancelled() else "cancelled"
+            done = await asyncio.to_thread(w.kube.kubectl, "get", "workloadrecovery", "jobset-train", "-n", w.ns,
+                                           "-o", "json")
+            return done.returncode == 0
+
+        await until(created, "the WorkloadRecovery of the opted-in JobSet", within_s=120.0)
+        recovery_obj = json.loads(ok(w.kube, "get", "workloadrecovery", "jobset-train", "-n", w.ns, "-o", "json"))
+        owner = json.loads(ok(w.kube, "get", "jobset", "train", "-n", w.ns, "-o", "json"))["metadata"]
+        (ref,) = recovery_obj["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["uid"]) == ("JobSet", "train", owner["uid"])
+        assert recovery_obj["spec"]["workload"]["kind"] == "JobSet"
+        assert recovery_obj["metadata"]["annotations"]["trainguard.dev/workload"] == f"k8s/{w.ns}/JobSet/train"
+        names = ok(w.kube, "get", "workloadrecoveries", "-n", w.ns, "-o", "name").split()
+        assert names == ["workloadrecovery.trainguard.dev/jobset-train"]
+        header = ok(w.kube, "get", "workloadrecoveries", "-n", w.ns).splitlines()[0].split()
+        assert {"MODE", "LAST", "STEP", "ADVICE"} <= set(header)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 60)

@@ -46,6 +46,14 @@ async def sweep_forever(adapter: scheduler.KubeScheduler, stop: asyncio.Event,
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
 
 
+def owner_of(adapter: scheduler.KubeScheduler, workload: str) -> dict[str, str] | None:
+    """The owner reference fields of ``workload`` (None until the watch has seen its uid)."""
+    ref = workload_ref(adapter, workload)
+    if ref is None or not ref.uid:
+        return None
+    return {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid}
+
+
 def workload_ref(adapter: scheduler.KubeScheduler, workload: str) -> events.ObjectRef | None:
     """The JobSet/PyTorchJob an Event about ``workload`` is posted on (None: not a Kubernetes one)."""
     try:
