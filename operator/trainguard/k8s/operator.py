@@ -53,12 +53,11 @@ from trainguard.http import api as http_api
 from trainguard.http import app as http_app
 from trainguard.k8s import api as api_mod
 from trainguard.k8s import events, lease, policies, recovery, review, slinky, status
-from trainguard.k8s.kubejobs import scheduler as kube_scheduler
 from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
-from trainguard.schedulers import base, factory, tokens
+from trainguard.schedulers import base, composite, factory, tokens
 from trainguard.signals import gpu_metrics as gpu_metrics_mod
 from trainguard.signals import loki, loki_book, sources, victorialogs
 from trainguard.store import audit, database
@@ -255,8 +254,8 @@ class Shell:
         rt = self.engine.runtimes.get(workload)
         if rt is None:
             return
-        own = kube_wiring.workload_ref(self.scheduler, workload) \
-            if isinstance(self.scheduler, kube_scheduler.KubeScheduler) else None
+        kube = kube_wiring.kube_of(self.scheduler)
+        own = kube_wiring.workload_ref(kube, workload) if kube is not None else None
         if own is not None:  # a JobSet/PyTorchJob: Events on the workload itself, and its WorkloadRecovery
             draft = events.draft_for(kind, payload)
             if draft is not None:
@@ -320,8 +319,9 @@ class Shell:
         namespace = status.namespace_of(view.workload, self.config.workload_namespace)
         name = status.object_name(view.workload)
         owner = None
-        if isinstance(self.scheduler, kube_scheduler.KubeScheduler):
-            owner = kube_wiring.owner_of(self.scheduler, view.workload)
+        kube = kube_wiring.kube_of(self.scheduler)
+        if kube is not None:
+            owner = kube_wiring.owner_of(kube, view.workload)
             if owner is None and status.kube_workload(view.workload) is not None:
                 raise ValueError(f"{view.workload}: uid not known yet; its WorkloadRecovery waits for the watch")
         async with self.lock:
@@ -442,12 +442,15 @@ class Shell:
         catalog = catalog_mod.load_catalog(extra_files=list(config.patterns_files))
         fallback = None
         env = dict(config.scheduler_env if config.scheduler_env is not None else os.environ)
-        if config.scheduler.startswith("slurm-rest:") and config.rest_fallback != "none":
+        if "slurm-rest:" in config.scheduler and config.rest_fallback != "none":
             fallback = factory.open_scheduler(config.rest_fallback, env=env)
-        if config.scheduler.strip() == kube_wiring.SPEC:
-            self.scheduler = await kube_wiring.open_scheduler()
-        else:
-            self.scheduler = factory.open_scheduler(config.scheduler, env=env, jwt=config.jwt, fallback=fallback)
+        opened: list[base.Scheduler] = []
+        for spec in (part.strip() for part in config.scheduler.split(",") if part.strip()):
+            if spec == kube_wiring.SPEC:
+                opened.append(await kube_wiring.open_scheduler())
+            else:
+                opened.append(factory.open_scheduler(spec, env=env, jwt=config.jwt, fallback=fallback))
+        self.scheduler = opened[0] if len(opened) == 1 else composite.CompositeScheduler(opened)
         engine_settings = settings_mod.EngineSettings(discovery_interval_s=config.poll_s,
                                                       allow_action=config.allow_action)
         context = audit.AuditContext(policy_version="kubernetes", catalog_version=catalog.version,
@@ -504,8 +507,9 @@ class Shell:
             _spawn(self.reconcile_forever(self.term_stop), "workloadrecovery-reconcile"),
             _spawn(self.report_forever(self.term_stop), "workloadrecovery-report"),
         ]
-        if isinstance(self.scheduler, kube_scheduler.KubeScheduler):
-            self.term_tasks.append(_spawn(kube_wiring.sweep_forever(self.scheduler, self.term_stop), "exclusion-sweep"))
+        kube = kube_wiring.kube_of(self.scheduler)
+        if kube is not None:
+            self.term_tasks.append(_spawn(kube_wiring.sweep_forever(kube, self.term_stop), "exclusion-sweep"))
 
     async def _end_term(self, *, abort: bool = False) -> None:
         """Stop acting: the engine stops discovery and waits for in-flight recoveries, or, with

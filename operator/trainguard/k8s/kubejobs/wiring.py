@@ -14,12 +14,22 @@ from typing import Final
 
 from trainguard.k8s import client, events
 from trainguard.k8s.kubejobs import common, scheduler
+from trainguard.schedulers import base, composite
 
 logger = logging.getLogger(__name__)
 
 SPEC: Final = "kubernetes"
 """The ``--scheduler`` value that selects this adapter."""
 SWEEP_INTERVAL_S: Final = 60.0
+
+
+def kube_of(adapter: base.Scheduler | None) -> scheduler.KubeScheduler | None:
+    """The Kubernetes adapter behind the operator's scheduler (alone, or one of several); None if none."""
+    if isinstance(adapter, scheduler.KubeScheduler):
+        return adapter
+    if isinstance(adapter, composite.CompositeScheduler):
+        return next((c for c in adapter.children if isinstance(c, scheduler.KubeScheduler)), None)
+    return None
 
 
 async def open_scheduler(kubeconfig: str | None = None) -> scheduler.KubeScheduler:
