@@ -447,7 +447,8 @@ class Shell:
         opened: list[base.Scheduler] = []
         for spec in (part.strip() for part in config.scheduler.split(",") if part.strip()):
             if spec == kube_wiring.SPEC:
-                opened.append(await kube_wiring.open_scheduler())
+                # the served namespaces (--namespace); --all-namespaces: every namespace
+                opened.append(await kube_wiring.open_scheduler(namespaces=config.namespaces))
             else:
                 opened.append(factory.open_scheduler(spec, env=env, jwt=config.jwt, fallback=fallback))
         self.scheduler = opened[0] if len(opened) == 1 else composite.CompositeScheduler(opened)

@@ -91,7 +91,8 @@ class World:
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": self.ns, "labels": labels},
             "spec": {"nodeName": node, "automountServiceAccountToken": False,
-                     "containers": [{"name": "train", "image": "x"}]},
+                     "containers": [{"name": "train", "image": "x",
+                                     "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
         }))
         state: dict[str, Any] = {"terminated": terminated} if terminated else {"running": {}}
         status_patch(self.kube, "pod", name, self.ns, {
@@ -136,7 +137,7 @@ async def world(kube_api: LocalKube, tmp_path: Path) -> AsyncIterator[World]:
                             "lastHeartbeatTime": "2026-12-01T10:00:00Z",
                             "lastTransitionTime": "2026-12-01T10:00:00Z"}]})
     config = kube_api.service_account_kubeconfig(sa, ns, tmp_path / "operator.kubeconfig")
-    adapter = scheduler.KubeScheduler(await client.load_api_client(str(config)))
+    adapter = scheduler.KubeScheduler(await client.load_api_client(str(config)), namespaces=(ns,))
     adapter.start()
     try:
         yield World(kube_api, ns, names, adapter)
@@ -401,3 +402,87 @@ async def test_the_operator_keeps_a_workload_recovery_owned_by_each_opted_in_job
     finally:
         stop.set()
         await asyncio.wait_for(running, 60)
+
+
+ENGINE_POLICY = """
+apiVersion: trainguard.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {{name: gpu}}
+spec:
+  mode: {mode}
+  detection: {{settle: 1s, hangTimeout: 600s}}
+"""
+XID = "1: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
+
+
+@pytest.mark.parametrize("mode", ["Action", "Monitor"])
+async def test_engine_on_the_adapter_excludes_the_xid_node_once_and_lets_the_jobsets_restart_stand(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """The product's engine over the adapter. The pod log is a file at the workload's output path
+    (``k8s://NS/JobSet/NAME`` read as a relative path): the pod-log source is not what is under test.
+    Rank 1 (leaders-1, on node 2) prints an Xid 79 and fails; the JobSet controller's restart is
+    written as it would write it. Action: node 2 is cordoned and tainted by us, the restart is not
+    repeated, the JobSet is never suspended. Monitor: the advice is recorded and nothing changes."""
+    from trainguard import engine as engine_mod
+    from trainguard import settings as settings_mod
+    from trainguard.detect import catalog as catalog_mod
+    from trainguard.policy import loader
+
+    w = world
+    wid = w.jobset("train")
+    w.jobset_pods("train", layout(w))
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / f"k8s:/{w.ns}/JobSet/train"
+    log.parent.mkdir(parents=True)
+    log.write_text("0: iteration 1 loss 2.0\n1: iteration 1 loss 2.0\n")
+    store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
+    engine = engine_mod.Engine(
+        w.adapter, store, loader.parse_text(ENGINE_POLICY.format(mode=mode), "test"), catalog_mod.load_catalog(),
+        clock_=clock.SystemClock(), settings=settings_mod.EngineSettings(allow_action=True, discovery_interval_s=0.5))
+    stop = asyncio.Event()
+    running = asyncio.create_task(engine.run(stop))
+    try:
+        async def tracked() -> bool:
+            return wid in engine.runtimes
+
+        await until(tracked, "the engine tracking the JobSet")
+        with log.open("a") as out:
+            out.write(XID + "\n")
+        w.pod("train-leaders-0-1-a0", w.nodes[1], {
+            "jobset.sigs.k8s.io/jobset-name": "train", "jobset.sigs.k8s.io/replicatedjob-name": "leaders",
+            "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-completion-index": "1"},
+            phase="Failed", terminated={"exitCode": 1, "reason": "Error", "startedAt": "2026-12-01T10:00:00Z",
+                                        "finishedAt": "2026-12-01T10:01:00Z"})
+
+        async def detected() -> bool:
+            return bool(await store.audit_records(workload=wid, kind=vocab.AuditKind.ANOMALY))
+
+        await until(detected, "the anomaly", within_s=40.0)
+        status_patch(w.kube, "jobset", "train", w.ns, {"restarts": 1})  # the JobSet controller's restart
+
+        async def closed() -> bool:
+            return bool(await store.audit_records(workload=wid, kind=vocab.AuditKind.OUTCOME))
+
+        try:
+            await until(closed, "the advice's outcome", within_s=120.0)
+        except AssertionError:
+            trail = [(r.kind, r.payload) for r in await store.audit_records(workload=wid)]
+            raise AssertionError(f"no outcome; audit trail: {trail}; job {engine.runtimes[wid].job}") from None
+        [anomaly] = await store.audit_records(workload=wid, kind=vocab.AuditKind.ANOMALY)
+        assert anomaly.payload["suspect_nodes"] == [w.nodes[1]]
+        [item] = await store.audit_records(workload=wid, kind=vocab.AuditKind.ADVICE)
+        assert item.payload["exclude_nodes"] == [w.nodes[1]]
+        body = json.loads(ok(w.kube, "get", "jobset", "train", "-n", w.ns, "-o", "json"))
+        assert not body["spec"].get("suspend")
+        assert common.RESTARTS_ANNOTATION not in (body["metadata"].get("annotations") or {})
+        if mode == "Action":
+            assert nodes.has_our_taint(w.node(w.nodes[1])) and w.node(w.nodes[1])["spec"]["unschedulable"]
+            done = [r.payload for r in await store.audit_records(workload=wid, kind=vocab.AuditKind.ACTION)]
+            assert [p.get("operation") for p in done if p.get("status") == "done"] == ["exclude_nodes"]
+        else:
+            assert not any(nodes.has_our_taint(w.node(n)) or w.node(n)["spec"].get("unschedulable")
+                           for n in w.nodes)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 60)
+        await store.close()

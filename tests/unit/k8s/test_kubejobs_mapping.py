@@ -176,3 +176,14 @@ def test_a_kubernetes_workloads_recovery_lives_beside_it_and_is_owned_by_it() ->
     assert recovery.parse(obj).spec.workload.kind is recovery.WorkloadKind.JOBSET
     assert status.namespace_of(wid, "trainguard-system") == "ml"
     assert status.namespace_of("slurm/c/42", "trainguard-system") == "trainguard-system"
+
+
+def test_fewest_nodes_packs_the_pods_by_their_gpu_requests() -> None:
+    def pod(gpus: str) -> dict[str, Any]:
+        return {"spec": {"containers": [{"resources": {"limits": {common.GPU: gpus}}}]}}
+
+    eight = {"status": {"allocatable": {common.GPU: "8"}}}
+    assert common.min_nodes([pod("4")] * 4, [eight] * 4) == 2
+    assert common.min_nodes([pod("8")] * 4, [eight] * 4) == 4
+    assert common.min_nodes([{"spec": {"containers": [{}]}}], [eight]) == 1
+    assert common.min_nodes([pod("4")], [{"status": {}}]) is None

@@ -164,8 +164,35 @@ class Kind:
         return f"{self.pod_selector_key}={name}"
 
 
+GPU: Final = "nvidia.com/gpu"
+
+
+def _quantity(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def min_nodes(pods: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]]) -> int | None:
+    """The fewest nodes the pods fit on by their GPU requests and the largest node's GPUs: how many
+    nodes may stay for the workload after an exclusion (pods pack, unlike Slurm tasks on fixed nodes).
+    None when no node has GPUs (nothing to count by)."""
+    per_node = max((_quantity(((n.get("status") or {}).get("allocatable") or {}).get(GPU)
+                              or ((n.get("status") or {}).get("capacity") or {}).get(GPU)) for n in nodes), default=0)
+    if per_node <= 0:
+        return None
+    wanted = 0
+    for pod in pods:
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            resources = container.get("resources") or {}
+            wanted += _quantity((resources.get("requests") or {}).get(GPU) or (resources.get("limits") or {}).get(GPU))
+    return max(1, -(-wanted // per_node))
+
+
 def snapshot(kind: Kind, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
-             excluded: Sequence[str], last_failure: Failure | None = None) -> workloads.JobSnapshot:
+             excluded: Sequence[str], last_failure: Failure | None = None, *,
+             fewest_nodes: int | None = None) -> workloads.JobSnapshot:
     """One read of a workload: its state, attempt, pods in rank order and their nodes."""
     md = meta(obj)
     namespace, name = str(md.get("namespace") or ""), str(md.get("name") or "")
@@ -207,6 +234,7 @@ def snapshot(kind: Kind, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any
         hold_detail=str(notes.get(SUSPENDED_BY_ANNOTATION, "")) if ours
         else ("suspended by someone else" if suspended else ""),
         num_tasks=len(current) or None,
+        min_nodes=fewest_nodes,
         submitted_at=timestamp(md.get("creationTimestamp")),
         started_at=min(starts) if starts else None,
     )

@@ -51,6 +51,9 @@ WATCH_TIMEOUT_S: Final = 240
 """Server-side timeout of one watch request; the loop re-watches from the last resourceVersion."""
 DEFAULT_EXCLUSION_TTL_S: Final = 3600.0
 """How long an exclusion of ours stays before ``sweep_exclusions`` may lift it (node Ready again)."""
+DEFAULT_OWN_RESTART_WAIT_S: Final = 30.0
+"""How long a restart step waits for the workload's own failure policy to restart it (a JobSet
+controller restarts within seconds of a pod failure) before it restarts it itself."""
 DEFAULT_RESTART_WAIT_S: Final = 120.0
 """How long ``requeue`` waits for the suspended workload's pods to go before resuming it."""
 
@@ -66,6 +69,8 @@ class _Watch:
     key: Callable[[common.Obj], tuple[str, str]]
     synced: asyncio.Event
     on_event: Callable[[common.Obj], None] | None
+    scoped: str | None = None
+    """The namespace this watch covers (its relist replaces only that namespace's entries); None: all."""
 
 
 class KubeScheduler:
@@ -75,14 +80,18 @@ class KubeScheduler:
 
     def __init__(self, api: kclient.ApiClient, *, kinds: Sequence[common.Kind] = KINDS,
                  exclusion_ttl_s: float = DEFAULT_EXCLUSION_TTL_S, restart_wait_s: float = DEFAULT_RESTART_WAIT_S,
-                 now: Callable[[], float] = time.time, own_api: bool = True) -> None:
+                 now: Callable[[], float] = time.time, own_api: bool = True,
+                 namespaces: Sequence[str] = ()) -> None:
         self._api = api
         self._own_api = own_api
         self._core = kclient.CoreV1Api(api)
         self._custom = kclient.CustomObjectsApi(api)
         self._kinds = {k.kind: k for k in kinds}
+        self.namespaces = tuple(namespaces)
+        """Namespaces whose workloads are watched; empty: every namespace."""
         self.exclusion_ttl_s = exclusion_ttl_s
         self.restart_wait_s = restart_wait_s
+        self.own_restart_wait_s = DEFAULT_OWN_RESTART_WAIT_S
         self._now = now
         self._objects: dict[str, dict[tuple[str, str], common.Obj]] = {k.kind: {} for k in kinds}
         self._pods: dict[str, dict[tuple[str, str], common.Obj]] = {k.kind: {} for k in kinds}
@@ -165,7 +174,8 @@ class KubeScheduler:
                 pods = [p for (ns, _), p in self._pods[kind_name].items()
                         if ns == namespace and common.labels(p).get(kind.pod_selector_key) == name]
                 wid = common.workload_id(namespace, kind.kind, name)
-                found.append(common.snapshot(kind, obj, pods, excluded, self._failures.get(wid)))
+                fewest = common.min_nodes(pods, list(self._nodes.values()))
+                found.append(common.snapshot(kind, obj, pods, excluded, self._failures.get(wid), fewest_nodes=fewest))
         return found
 
     async def get_job(self, job_id: str) -> workloads.JobSnapshot:
@@ -173,9 +183,10 @@ class KubeScheduler:
         pods = await self._list_pods(kind, namespace, name)
         for pod in pods:
             self._note_failure(kind, pod)
-        node_list = await self._json(self._core.list_node(_preload_content=False))
-        excluded = [common.meta(n).get("name", "") for n in node_list.get("items") or [] if nodes.has_our_taint(n)]
-        return common.snapshot(kind, obj, pods, [str(n) for n in excluded], self._failures.get(job_id))
+        node_list = list((await self._json(self._core.list_node(_preload_content=False))).get("items") or [])
+        excluded = [str(common.meta(n).get("name", "")) for n in node_list if nodes.has_our_taint(n)]
+        return common.snapshot(kind, obj, pods, excluded, self._failures.get(job_id),
+                               fewest_nodes=common.min_nodes(pods, node_list))
 
     def _guard(self, job_id: str, obj: common.Obj) -> None:
         """Never act on a workload that did not opt in."""
@@ -202,7 +213,30 @@ class KubeScheduler:
                 **kind.suspend_patch(True)}
         await self._patch_object(kind, namespace, name, body)
 
+    async def _own_restart(self, job_id: str) -> bool:
+        """Whether the workload's own failure policy restarted it (waiting up to ``own_restart_wait_s``
+        when it is about to: a JobSet with restarts left whose current pods include a failed one).
+        Then our restart step must not restart it a second time."""
+        kind, namespace, name, obj = await self._read(job_id)
+        if kind is not jobset.KIND or kind.finished_state(obj) is not None or kind.suspended(obj):
+            return False
+        baseline = jobset.own_attempts(obj, [])
+        if jobset.max_restarts(obj) <= baseline:
+            return False  # its own budget is spent: the restart is ours to make
+        if not any(common.pod_failure(p) for p in await self._list_pods(kind, namespace, name)):
+            return False  # nothing failed (a hang): its own policy will not restart it
+        deadline = self._now() + self.own_restart_wait_s
+        while self._now() < deadline:
+            _, _, _, obj = await self._read(job_id)
+            if jobset.own_attempts(obj, []) > baseline:
+                logger.info("%s: restarted by its own failure policy; no restart of ours", job_id)
+                return True
+            await asyncio.sleep(0.5)
+        return False
+
     async def requeue_hold(self, job_id: str) -> None:
+        if await self._own_restart(job_id):
+            return  # its own restart stands (never a second one); exclusions follow while it runs
         await self._suspend(job_id, "restart: suspended until the suspect nodes are excluded", count_restart=True)
 
     async def hold(self, job_id: str) -> None:
@@ -224,8 +258,11 @@ class KubeScheduler:
         await self._patch_object(kind, namespace, name, body)
 
     async def requeue(self, job_id: str) -> None:
-        """A full restart: suspend (the controller removes every pod), wait for them to go, resume."""
-        await self.requeue_hold(job_id)
+        """A full restart: suspend (the controller removes every pod), wait for them to go, resume;
+        nothing when the workload's own failure policy restarted it."""
+        if await self._own_restart(job_id):
+            return
+        await self._suspend(job_id, "restart: suspended, resumed once its pods are gone", count_restart=True)
         kind, namespace, name, _ = await self._read(job_id)
         deadline = self._now() + self.restart_wait_s
         while any(common.live(p) for p in await self._list_pods(kind, namespace, name)):
@@ -332,20 +369,24 @@ class KubeScheduler:
         if self._tasks:
             return
         for kind in self._kinds.values():
-            self._spawn(f"{kind.plural}", functools_partial(
-                self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural),
-                self._objects[kind.kind], _by_name)
-            self._spawn(f"pods-of-{kind.plural}", functools_partial(
-                self._core.list_pod_for_all_namespaces, label_selector=kind.pod_selector_key),
-                self._pods[kind.kind], _by_uid,
-                on_event=functools_partial(self._note_failure, kind))
+            for namespace in self.namespaces or (None,):
+                where = namespace or "all"
+                objects = functools_partial(self._custom.list_cluster_custom_object, kind.group, kind.version,
+                                            kind.plural) if namespace is None else functools_partial(
+                    self._custom.list_namespaced_custom_object, kind.group, kind.version, namespace, kind.plural)
+                pods = functools_partial(self._core.list_pod_for_all_namespaces, label_selector=kind.pod_selector_key) \
+                    if namespace is None else functools_partial(self._core.list_namespaced_pod, namespace,
+                                                                label_selector=kind.pod_selector_key)
+                self._spawn(f"{kind.plural}@{where}", objects, self._objects[kind.kind], _by_name, scoped=namespace)
+                self._spawn(f"pods-of-{kind.plural}@{where}", pods, self._pods[kind.kind], _by_uid,
+                            on_event=functools_partial(self._note_failure, kind), scoped=namespace)
         self._spawn("nodes", self._core.list_node, None, lambda o: ("", _by_name(o)[1]))
 
     def _spawn(self, what: str, call: Callable[..., Awaitable[Any]], store: dict[tuple[str, str], common.Obj] | None,
-               key: Callable[[common.Obj], tuple[str, str]],
-               on_event: Callable[[common.Obj], None] | None = None) -> None:
+               key: Callable[[common.Obj], tuple[str, str]], *,
+               on_event: Callable[[common.Obj], None] | None = None, scoped: str | None = None) -> None:
         synced = self._synced.setdefault(what, asyncio.Event())
-        task = asyncio.ensure_future(self._watch_forever(_Watch(what, call, store, key, synced, on_event)))
+        task = asyncio.ensure_future(self._watch_forever(_Watch(what, call, store, key, synced, on_event, scoped)))
         task.set_name(f"kube-watch-{what}")
         self._tasks.append(task)
 
@@ -379,7 +420,8 @@ class KubeScheduler:
             try:
                 listing = await self._json(call(_preload_content=False))
                 items = list(listing.get("items") or [])
-                target.clear()
+                for stale in [k for k in target if spec.scoped is None or k[0] == spec.scoped]:
+                    del target[stale]
                 for item in items:
                     target[key(item)] = item
                     if on_event is not None:

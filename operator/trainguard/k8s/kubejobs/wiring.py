@@ -32,10 +32,10 @@ def kube_of(adapter: base.Scheduler | None) -> scheduler.KubeScheduler | None:
     return None
 
 
-async def open_scheduler(kubeconfig: str | None = None) -> scheduler.KubeScheduler:
-    """The adapter with its watches started."""
+async def open_scheduler(kubeconfig: str | None = None, namespaces: tuple[str, ...] = ()) -> scheduler.KubeScheduler:
+    """The adapter with its watches started (``namespaces``: only those; empty: every namespace)."""
     api = await client.load_api_client(kubeconfig)
-    adapter = scheduler.KubeScheduler(api)
+    adapter = scheduler.KubeScheduler(api, namespaces=namespaces)
     adapter.start()
     return adapter
 
