@@ -140,12 +140,15 @@ class Engine:
         log_books: sources.BookFactory = sources.file_books,
         gpu_metrics_: gpu_metrics.GpuMetrics | None = None,
         journal: journal_mod.Recorder | None = None,
+        node_sources: Sequence[sources.NodeSource] = (),
     ) -> None:
         self.scheduler = scheduler
         self.journal = journal if journal is not None else journal_mod.Recorder(
             journal_store.JournalStore(store.sql_engine, retention_s=settings.journal_retention_s,
                                        max_bytes=settings.journal_max_bytes), clock_)
         """The signal journal: each decision's inputs, for replay and backtest (``journal/``)."""
+        self.node_sources = list(node_sources)
+        """Further node evidence (e.g. Kubernetes Node conditions), asked beside the GPU metrics for every verdict."""
         self.gpu_metrics = gpu_metrics_
         """DCGM evidence from Prometheus/VictoriaMetrics (``--prometheus-url``); None: not configured."""
         self.health = health if health is not None else health_mod.Health()
@@ -997,7 +1000,8 @@ class Engine:
                                      f"the scheduler gives no start time for attempt {attempt}"))
         else:
             metrics = self.gpu_metrics.window(nodes, start, now)
-        parts = await asyncio.gather(metrics, self._node_state(nodes))
+        parts = await asyncio.gather(metrics, self._node_state(nodes),
+                                     *(_node_source(s, nodes, start, now) for s in self.node_sources))
         return evidence_model.NodeEvidence(findings=[f for p in parts for f in p.findings],
                                            sources=[s for p in parts for s in p.sources])
 
@@ -1198,6 +1202,15 @@ def _source(name: str, state: evidence_model.SourceState, reason: str = "", *,
             findings: Sequence[evidence_model.Finding] = ()) -> evidence_model.NodeEvidence:
     return evidence_model.NodeEvidence(findings=list(findings),
                                        sources=[evidence_model.SourceStatus(name=name, state=state, reason=reason)])
+
+
+async def _node_source(source: sources.NodeSource, nodes: Sequence[str], start: float | None,
+                       now: float) -> evidence_model.NodeEvidence:
+    """One further node-evidence source; one that fails is recorded as unavailable, never raised."""
+    try:
+        return await source.window(nodes, start, now)
+    except Exception as exc:  # evidence only: an outage must not stop attribution
+        return _source(source.name, evidence_model.SourceState.UNAVAILABLE, f"{type(exc).__name__}: {exc}")
 
 
 async def _ready(value: evidence_model.NodeEvidence) -> evidence_model.NodeEvidence:

@@ -24,6 +24,10 @@ A = vocab.Attribution
 LOG_SOURCE = "log"
 NODE_STATE = "node_state"
 """``Finding.signal`` of scheduler node-state findings."""
+NODE_CONDITION = "node_condition"
+"""``Finding.signal`` of Kubernetes Node conditions and taints (``k8s/node_conditions.py``): weighed like
+node state (its words decide hardware or system), not like a GPU-metric fault."""
+NODE_SIGNALS = frozenset({NODE_STATE, NODE_CONDITION})
 
 PROGRAM_FAILED = frozenset({C.OOM_GPU, C.OOM_HOST_KILLED, C.PYTHON_EXCEPTION, C.DATALOADER_KILLED})
 """The program asked for too much or raised: node evidence does not change that verdict."""
@@ -93,8 +97,8 @@ def apply(
 
 
 def _metric(faults: list[evidence.Finding]) -> list[evidence.Finding]:
-    """Faults from GPU telemetry (as opposed to the scheduler's node state)."""
-    return [f for f in faults if f.signal != NODE_STATE]
+    """Faults from GPU telemetry (as opposed to the scheduler's node state or a Node's conditions)."""
+    return [f for f in faults if f.signal not in NODE_SIGNALS]
 
 
 def node_state_findings(nodes: Collection[str], snapshots: Sequence[workloads.NodeSnapshot], *, source: str,

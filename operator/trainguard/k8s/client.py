@@ -1,9 +1,7 @@
-"""The one place the operator shell gets a ``kubernetes_asyncio`` ApiClient.
+"""The one place an ``kubernetes_asyncio`` ApiClient is made (the Kubernetes sources and adapters share it).
 
-Credentials follow kopf's order: the pod's ServiceAccount when running in a cluster, else the
-kubeconfig named by the argument or ``$KUBECONFIG`` (else ``~/.kube/config``). Every module that
-talks to the API through ``kubernetes_asyncio`` takes its client from here, so there is one rule
-for credentials rather than one per caller.
+Place: the kopf shell (``k8s/``). The credentials are the ones ``kubectl`` would use: the given
+kubeconfig file, else ``$KUBECONFIG`` / ``~/.kube/config``, else the pod's ServiceAccount (in-cluster).
 """
 
 from __future__ import annotations
@@ -12,19 +10,23 @@ import os
 
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
-from kubernetes_asyncio.config.config_exception import ConfigException
+
+
+def _kubeconfig_path(kubeconfig: str | None) -> str | None:
+    """The kubeconfig file to use: the given one, ``$KUBECONFIG``'s first, ``~/.kube/config``; None: in-cluster."""
+    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
+    default = os.path.expanduser("~/.kube/config")
+    if path is None and os.path.exists(default):
+        path = default
+    return path
 
 
 async def load_api_client(kubeconfig: str | None = None) -> kubernetes_asyncio.client.ApiClient:
-    """An ApiClient with in-cluster credentials, else those of ``kubeconfig`` / ``$KUBECONFIG``."""
+    """An ApiClient for ``kubeconfig`` (or the usual places, or in-cluster); the caller closes it."""
     configuration = kubernetes_asyncio.client.Configuration()
-    if kubeconfig is None and not os.environ.get("KUBECONFIG"):
-        try:
-            kubernetes_asyncio.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return kubernetes_asyncio.client.ApiClient(configuration)
-        except ConfigException:
-            pass  # not in a pod: fall back to the default kubeconfig
-    await kubernetes_asyncio.config.load_kube_config(
-        config_file=kubeconfig or os.environ.get("KUBECONFIG") or None, client_configuration=configuration,
-    )
+    path = _kubeconfig_path(kubeconfig)
+    if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kubernetes_asyncio.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        await kubernetes_asyncio.config.load_kube_config(config_file=path, client_configuration=configuration)
     return kubernetes_asyncio.client.ApiClient(configuration)

@@ -53,6 +53,7 @@ from trainguard.http import api as http_api
 from trainguard.http import app as http_app
 from trainguard.k8s import api as api_mod
 from trainguard.k8s import events, lease, policies, recovery, review, slinky, status
+from trainguard.k8s import kube_signals as kube_signals_mod
 from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
@@ -153,6 +154,8 @@ class Shell:
     clock: clock.Clock = field(default_factory=clock.SystemClock)
     log_client: victorialogs.Client | loki.LokiClient | None = None
     log_books: sources.BookFactory = sources.file_books
+    kube_signals: kube_signals_mod.KubeSignals | None = None
+    """Pod logs and Node conditions of Kubernetes workloads (``--scheduler kubernetes``; ``k8s/kube_signals.py``)."""
     """Where the engine reads job output from (set once at start from ``config.victorialogs`` or ``config.loki``)."""
     health: health_mod.Health = field(default_factory=health_mod.Health)
     """Liveness (heartbeat) and readiness (scheduler, store) of this replica (``trainguard.health``)."""
@@ -467,6 +470,9 @@ class Shell:
             self.log_books, self.log_client = victorialogs.books(config.victorialogs)
         if config.loki is not None and self.log_client is None:
             self.log_books, self.log_client = loki_book.books(config.loki)
+        if "kubernetes" in {p.strip() for p in config.scheduler.split(",")} and self.kube_signals is None:
+            self.kube_signals = await kube_signals_mod.open_signals()
+            self.log_books = kube_signals_mod.routed(self.kube_signals.log_books, self.log_books)
         if config.peering is None:
             await self._begin_term()
         else:
@@ -496,6 +502,7 @@ class Shell:
             self.scheduler, self.store, self.book.policy_set(), self.catalog, clock_=self.clock,
             settings=self.engine_settings, listeners=[self.on_record], health=self.health, fence=fence,
             log_books=self.log_books,
+            node_sources=self.kube_signals.node_sources if self.kube_signals is not None else (),
             gpu_metrics_=gpu_metrics_mod.GpuMetrics(self.config.gpu_metrics) if self.config.gpu_metrics else None,
         )
         self.health.standby = None
@@ -571,6 +578,9 @@ class Shell:
             await api.close()
         if self.log_client is not None:
             await self.log_client.close()
+        kube, self.kube_signals = self.kube_signals, None
+        if kube is not None:
+            await kube.close()
 
 
 STARTUP_PATIENCE_S: Final = 60.0

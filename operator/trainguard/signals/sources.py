@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from trainguard.model import clock as clock_mod
-from trainguard.model import signals
+from trainguard.model import evidence, signals
 from trainguard.signals import fileio, resume, tailbook
 from trainguard.signals.tailer import TailPosition
 
@@ -79,6 +79,18 @@ class LogBook(Protocol):
         are the stored positions of this attempt and of earlier ones (oldest first). Only called when
         ``kind`` is not ``FILES``."""
         ...
+
+
+class NodeSource(Protocol):
+    """Node evidence beside the GPU metrics and the scheduler's node state (the engine's
+    ``node_sources``), e.g. Kubernetes Node conditions and taints (``k8s/node_conditions.py``).
+
+    ``window`` answers for the attempt's ``nodes`` over its window (``start`` may be None) and never
+    raises for an outage: it returns its source as unavailable, with the reason."""
+
+    name: str
+
+    async def window(self, nodes: Sequence[str], start: float | None, now: float) -> evidence.NodeEvidence: ...
 
 
 BookFactory = Callable[[str, str, clock_mod.Clock, fileio.FilePool | None], LogBook]

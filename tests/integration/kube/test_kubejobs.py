@@ -478,7 +478,10 @@ async def test_engine_on_the_adapter_excludes_the_xid_node_once_and_lets_the_job
         if mode == "Action":
             assert nodes.has_our_taint(w.node(w.nodes[1])) and w.node(w.nodes[1])["spec"]["unschedulable"]
             done = [r.payload for r in await store.audit_records(workload=wid, kind=vocab.AuditKind.ACTION)]
-            assert [p.get("operation") for p in done if p.get("status") == "done"] == ["exclude_nodes"]
+            carried = [p.get("step") for p in done if p.get("status") == "done"]
+            # requeue_hold is "done" when it ran and found the JobSet's own restart (then it changes
+            # nothing), or skipped when the restart was visible first; either way never a suspend
+            assert "exclude_nodes" in carried and set(carried) <= {"requeue_hold", "exclude_nodes"}
         else:
             assert not any(nodes.has_our_taint(w.node(n)) or w.node(n)["spec"].get("unschedulable")
                            for n in w.nodes)

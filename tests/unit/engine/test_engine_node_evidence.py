@@ -4,10 +4,12 @@ otherwise unknown crash hardware on that node (issue 10)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tests.unit.engine import scenario
-from trainguard.model import vocab
+from trainguard.k8s import node_conditions
+from trainguard.model import evidence, vocab
 from trainguard.signals import gpu_metrics
 
 CUDA_UNKNOWN = "RuntimeError: CUDA error: unknown error"
@@ -74,3 +76,53 @@ async def test_a_node_drained_by_a_gpu_health_check_during_the_attempt_is_the_ha
     assert [f["node"] for f in verdict["node_evidence"]] == ["node2"]
     advice = await h.advice("62")
     assert [(a["action"], a["exclusions"]) for a in advice] == [("requeue", ["node2"])], advice
+
+
+class _NodeObjects:
+    """A further node-evidence source (the engine's ``node_sources``) answering from Node objects as JSON,
+    through the real reading of Kubernetes conditions (k8s/node_conditions.py)."""
+
+    name = node_conditions.SOURCE
+
+    def __init__(self, bodies: list[dict[str, Any]] | None) -> None:
+        self.bodies = bodies
+
+    async def window(self, nodes: Sequence[str], start: float | None, now: float) -> evidence.NodeEvidence:
+        if self.bodies is None:
+            raise ConnectionRefusedError("apiserver down")
+        return evidence.NodeEvidence(findings=node_conditions.findings(nodes, self.bodies), sources=[
+            evidence.SourceStatus(name=self.name, state=evidence.SourceState.USED)])
+
+
+async def test_a_not_ready_node_from_a_further_node_source_is_the_suspect(make_harness: scenario.MakeHarness) -> None:
+    h = await make_harness()
+    h.engine.node_sources = [_NodeObjects([{"metadata": {"name": "node2"}, "status": {"conditions": [
+        {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]}}])]
+    h.submit("63", started_at=scenario.START)
+    await h.step()
+    h.write("63", *scenario.ranked(0, CUDA_UNKNOWN))
+    h.fail("63")
+    await h.step()
+    await h.settle()
+
+    verdict = await _verdict(h, "63")
+    assert (verdict["attribution"], verdict["nodes"]) == ("system", ["node2"]), verdict["reasons"]
+    assert node_conditions.SOURCE in [s["name"] for s in verdict["sources"]]
+
+
+async def test_a_failing_further_node_source_is_unavailable_and_the_loop_goes_on(
+    make_harness: scenario.MakeHarness,
+) -> None:
+    h = await make_harness()
+    h.engine.node_sources = [_NodeObjects(None)]
+    h.submit("64", started_at=scenario.START)
+    await h.step()
+    h.write("64", *scenario.ranked(1, CUDA_UNKNOWN))
+    h.fail("64")
+    await h.step()
+    await h.settle()
+
+    verdict = await _verdict(h, "64")
+    source = next(s for s in verdict["sources"] if s["name"] == node_conditions.SOURCE)
+    assert source["state"] == "unavailable" and "apiserver down" in source["reason"], source
+    assert [a["action"] for a in await h.advice("64")] == ["requeue"]
