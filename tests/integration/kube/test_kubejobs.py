@@ -468,10 +468,11 @@ async def test_engine_on_the_adapter_excludes_the_xid_node_once_and_lets_the_job
         except AssertionError:
             trail = [(r.kind, r.payload) for r in await store.audit_records(workload=wid)]
             raise AssertionError(f"no outcome; audit trail: {trail}; job {engine.runtimes[wid].job}") from None
+        trail = [(r.kind.value, r.payload) for r in await store.audit_records(workload=wid)]
         [anomaly] = await store.audit_records(workload=wid, kind=vocab.AuditKind.ANOMALY)
-        assert anomaly.payload["suspect_nodes"] == [w.nodes[1]]
+        assert anomaly.payload["suspect_nodes"] == [w.nodes[1]], trail
         [item] = await store.audit_records(workload=wid, kind=vocab.AuditKind.ADVICE)
-        assert item.payload["exclude_nodes"] == [w.nodes[1]]
+        assert item.payload["exclude_nodes"] == [w.nodes[1]], trail
         body = json.loads(ok(w.kube, "get", "jobset", "train", "-n", w.ns, "-o", "json"))
         assert not body["spec"].get("suspend")
         assert common.RESTARTS_ANNOTATION not in (body["metadata"].get("annotations") or {})
