@@ -148,3 +148,66 @@ async def test_a_jobset_pod_with_an_xid_is_recovered_away_from_its_node(
             obj = sim.get("node", name) or {}
             if nodes.exclusion_of(obj) is not None:
                 sim.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(nodes.lift_patch(obj)))
+
+
+async def test_a_hung_jobset_is_restarted_by_suspend_and_resume_after_its_own_hang_timeout(
+        sim_cluster: SimCluster, sim_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The logs stop (no pod fails, so the JobSet's own failure policy does nothing): after the
+    workload's own ``hang-timeout`` (annotation ``trainguard.dev/overrides``, below the policy's
+    10 min) the advice is a restart, which we make through the spec: suspend (the controller removes
+    the pods), resume (new pods). It counts as one attempt and leaves nothing suspended."""
+    sim, ns = sim_cluster, sim_namespace
+    sim.kubectl("apply", "-k", str(REPO / "crds"))
+    sim.kubectl("wait", "--for=condition=Established", "crd/recoverypolicies.trainguard.dev", "--timeout=60s")
+    sim.apply(POLICY.format(ns=ns, mode="Action"))
+    sim.create_jobset("train", ns, replicated_jobs=(("workers", 1, 2),), gpus=4,
+                      annotations={"trainguard.dev/policy": "gpu", "trainguard.dev/overrides": "hang-timeout=10s"})
+
+    def two_running() -> list[dict[str, Any]] | None:
+        pods = pods_of(sim, ns, "train")
+        return pods if len(pods) == 2 and all(p.get("status", {}).get("phase") == "Running" for p in pods) else None
+
+    first = await until("2 running pods", two_running)
+    for pod in first:
+        sim.write_pod_log(ns, pod["metadata"]["name"], ["iteration 1 loss 2.0"])
+    monkeypatch.setenv("KUBECONFIG", str(sim.kubeconfig))
+    db = tmp_path / "audit.db"
+    config = operator.OperatorConfig(
+        scheduler="kubernetes", namespaces=(ns,), workload_namespace=ns, allow_action=True,
+        db_url=f"sqlite+aiosqlite:///{db}", status_interval_s=0.5, poll_s=0.5)
+    stop = asyncio.Event()
+    running_operator = asyncio.create_task(operator.run(config, stop_flag=stop))
+    wid = common.workload_id(ns, "JobSet", "train")
+    try:
+        await until("the WorkloadRecovery", lambda: sim.get("workloadrecovery", "jobset-train", ns))
+        for pod in first:
+            sim.write_pod_log(ns, pod["metadata"]["name"], ["iteration 2 loss 1.9"])  # then silence
+        store = await database.open_store(f"sqlite+aiosqlite:///{db}")
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + WAIT_S
+            while not await store.audit_records(workload=wid, kind=vocab.AuditKind.OUTCOME):
+                assert not running_operator.done(), "the operator stopped"
+                assert loop.time() < deadline, "no outcome recorded"
+                await asyncio.sleep(0.5)
+            trail = [(r.kind.value, r.payload) for r in await store.audit_records(workload=wid)]
+            [anomaly] = await store.audit_records(workload=wid, kind=vocab.AuditKind.ANOMALY)
+            assert anomaly.payload["symptom"] == "hang", trail
+            [outcome] = await store.audit_records(workload=wid, kind=vocab.AuditKind.OUTCOME)
+            assert outcome.payload.get("disposition") == "Converged", trail
+        finally:
+            await store.close()
+        jobset = sim.get("jobset", "train", ns) or {}
+        assert not jobset["spec"].get("suspend")
+        assert jobset["metadata"]["annotations"].get(common.RESTARTS_ANNOTATION) == "1"
+        assert common.SUSPENDED_BY_ANNOTATION not in jobset["metadata"]["annotations"]
+        old = {p["metadata"]["uid"] for p in first}
+        def replaced() -> list[dict[str, Any]] | None:
+            pods = two_running()
+            return pods if pods and not {p["metadata"]["uid"] for p in pods} & old else None
+
+        again = await until("2 new running pods", replaced)
+        assert len(again) == 2
+    finally:
+        stop.set()
+        await asyncio.wait_for(running_operator, 60)

@@ -90,6 +90,9 @@ def test_our_suspend_is_a_hold_a_persons_suspend_is_shown_as_not_ours_and_our_re
     ({"trainguard.dev/policy": ""}, "trainguard"),
     ({"trainguard.dev/policy": "gpu-a"}, "trainguard policy=gpu-a"),
     ({"trainguard.dev/policy": "Not A Name"}, 'trainguard policy="Not A Name"'),
+    ({"trainguard.dev/policy": "gpu", "trainguard.dev/overrides": " hang-timeout=90s\n max-retries=1"},
+     "trainguard policy=gpu hang-timeout=90s max-retries=1"),
+    ({"trainguard.dev/overrides": "hang-timeout=90s"}, None),  # overrides alone are no opt-in
 ])
 def test_opt_in_is_the_annotation_only(notes: dict[str, str], comment: str | None) -> None:
     assert common.comment_of({"metadata": {"annotations": notes}}) == comment

@@ -22,6 +22,9 @@ SUSPENDED_BY_ANNOTATION: Final = "trainguard.dev/suspended-by"
 """Set with every suspend of ours (value: why); a suspend without it is a person's, never resumed by us."""
 STOPPED_ANNOTATION: Final = "trainguard.dev/stopped"
 """Set when we stop a workload (suspend with a reason): the snapshot shows it CANCELLED."""
+OVERRIDES_ANNOTATION: Final = "trainguard.dev/overrides"
+"""Per-workload overrides in the opt-in comment's form, e.g. ``hang-timeout=90s max-retries=2``
+(the same keys and rules as a Slurm job's ``--comment``: budgets can only be lowered)."""
 SUSPENDED_HOLD: Final = "Suspended"
 """``hold_reason`` of a suspended workload."""
 
@@ -60,10 +63,12 @@ def comment_of(obj: Mapping[str, Any]) -> str | None:
     choice = optin.opt_in(annotations_of(obj))
     if choice is None:
         return None
+    extra = " ".join(str(annotations_of(obj).get(OVERRIDES_ANNOTATION, "")).split())
+    extra = f" {extra}" if extra else ""
     if choice.error is not None:
         raw = str(annotations_of(obj).get(optin.POLICY_ANNOTATION, "")).strip()
-        return f'trainguard policy="{raw[:200]}"'
-    return f"trainguard policy={choice.policy_name}" if choice.policy_name else "trainguard"
+        return f'trainguard policy="{raw[:200]}"{extra}'
+    return (f"trainguard policy={choice.policy_name}" if choice.policy_name else "trainguard") + extra
 
 
 def our_restarts(obj: Mapping[str, Any]) -> int:
