@@ -44,12 +44,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from kubernetes_asyncio import client as k8s  # noqa: E402
+
 from tests.support import fake_scheduler, kube  # noqa: E402
 from trainguard import engine as engine_mod  # noqa: E402
 from trainguard import settings as settings_mod  # noqa: E402
 from trainguard.detect import catalog as catalog_mod  # noqa: E402
-from trainguard.k8s import api as api_mod  # noqa: E402
-from trainguard.k8s import operator, status  # noqa: E402
+from trainguard.k8s import client, operator, recovery, status  # noqa: E402  # noqa: E402
 from trainguard.model import clock, vocab, workloads  # noqa: E402
 from trainguard.policy import loader  # noqa: E402
 from trainguard.store import database  # noqa: E402
@@ -90,7 +91,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             nodes=["node1", "node2"], comment="trainguard policy=bench", stdout_path=str(out))
     store = await database.open_store(f"sqlite+aiosqlite:///{folder / 'audit.db'}")
     shell = operator.Shell(operator.OperatorConfig(scheduler="slurm-local", workload_namespace=namespace))
-    shell.api = api_mod.Api(api_mod.Credentials(server=local.server, token=local.admin_token, ca_data=local.ca_data))
+    shell.api = await client.load_api_client(str(local.kubeconfig))
     shell.store = store
     per_record = args.mode == "per-record"
 
@@ -136,7 +137,9 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             break
         await asyncio.sleep(0.1)
     drain_s = time.monotonic() - updates_end
-    listed = status.names_of(await shell.api.list(api_mod.WORKLOAD_RECOVERIES, namespace))
+    answer = await k8s.CustomObjectsApi(shell.api).list_namespaced_custom_object(
+        recovery.GROUP, recovery.VERSION, namespace, recovery.PLURAL)
+    listed = status.names_of(answer["items"])
     now = datetime.datetime.now(datetime.UTC)
     differing = sum(1 for rt in engine.runtimes.values()
                     if status.differs(status.view_of(rt), listed[status.object_name(rt.workload)], now=now))

@@ -324,9 +324,19 @@ class OperatorSettings(Settings):
 
     COMMAND: ClassVar[str] = "operator"
 
-    scheduler: str | None = Field("slurm-local", description="slurm-local | slurm-ssh://USER@HOST[:PORT] | "
-                                  "slurm-rest://HOST:PORT (default: slurm-local, i.e. scontrol/squeue with $SLURM_CONF "
-                                  "and the JWT)", json_schema_extra=_flag(metavar="SPEC"))
+    scheduler: TextList = Field(  # type: ignore[assignment]  # repeatable here: one engine over several schedulers
+        default_factory=lambda: ["slurm-local"],
+        description="slurm-local | slurm-ssh://USER@HOST[:PORT] | slurm-rest://HOST:PORT (default: slurm-local, i.e. "
+        "scontrol/squeue with $SLURM_CONF and the JWT) | kubernetes (JobSets and PyTorchJobs annotated "
+        "trainguard.dev/policy); repeatable, e.g. --scheduler slurm-local --scheduler kubernetes "
+        "(environment: comma-separated)",
+        json_schema_extra=_flag(metavar="SPEC"))
+
+    @field_validator("scheduler", mode="before")
+    @classmethod
+    def _split_schedulers(cls, value: Any) -> Any:
+        return _split_list(value)
+
     namespace: TextList = Field(default_factory=list, description="namespace whose RecoveryPolicy/WorkloadRecovery "
                                 "objects are served (repeatable; default: pod_namespace, else 'default')",
                                 json_schema_extra=_flag(metavar="NS", short="-n"))

@@ -52,14 +52,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainguard operator: {exc}", file=sys.stderr)
         return common.USAGE_ERROR
     namespaces = cfg.namespaces()
-    assert cfg.scheduler is not None
+    if not cfg.scheduler:
+        print("trainguard operator: scheduler: required (--scheduler SPEC, repeatable)", file=sys.stderr)
+        return common.USAGE_ERROR
     try:
         loki = run_mod.loki_config(cfg)
     except config.ConfigError as exc:  # an unreadable Loki secret file: one line
         print(f"trainguard operator: {exc}", file=sys.stderr)
         return common.USAGE_ERROR
     operator_config = operator.OperatorConfig(
-        scheduler=cfg.scheduler,
+        scheduler=",".join(cfg.scheduler),
         namespaces=namespaces,
         clusterwide=cfg.all_namespaces,
         workload_namespace=cfg.workload_namespace or (namespaces[0] if namespaces else None)

@@ -179,7 +179,7 @@ def workload_recovery_crd() -> dict[str, Any]:
         spec_required=True,
     )
     columns = [
-        _column("Workload", ".spec.workload.id", description="Slurm job id."),
+        _column("Workload", ".spec.workload.id", description="Slurm job id, or the JobSet/PyTorchJob name."),
         _column("Kind", ".spec.workload.kind", priority=1),
         _column("Policy", ".status.policy", priority=1),
         _column("Phase", ".status.phase"),
@@ -187,6 +187,9 @@ def workload_recovery_crd() -> dict[str, Any]:
         _column("Last Anomaly", ".status.lastAnomaly.category"),
         _column("Verdict", ".status.lastAnomaly.verdict"),
         _column("Advice", ".status.advice.action"),
+        _column("Mode", ".status.advice.mode", description="Monitor: advice recorded only; Action: carried out."),
+        _column("Last Step", ".status.recentActions[0].step", description="Latest executor step (e.g. exclude_nodes)."),
+        _column("Step Status", ".status.recentActions[0].status", priority=1),
         _column("Disposition", ".status.advice.disposition", priority=1),
         AGE,
     ]

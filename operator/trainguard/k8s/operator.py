@@ -55,10 +55,11 @@ from trainguard.http import api as http_api
 from trainguard.http import app as http_app
 from trainguard.k8s import client, coalesce, events, lease, policies, recovery, review, shard_leases, slinky, status
 from trainguard.k8s import kube_signals as kube_signals_mod
+from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
 from trainguard.policy import model as policy_model
-from trainguard.schedulers import base, factory, tokens
+from trainguard.schedulers import base, composite, factory, tokens
 from trainguard.signals import gpu_metrics as gpu_metrics_mod
 from trainguard.signals import loki, loki_book, sources, victorialogs
 from trainguard.store import audit, database
@@ -82,7 +83,8 @@ class OperatorConfig:
     environment reads scattered through the handlers, so a test can build it and print it."""
 
     scheduler: str
-    """Scheduler spec, as for ``trainguard run`` (slurm-local | slurm-ssh://... | slurm-rest://...)."""
+    """Scheduler spec, as for ``trainguard run`` (slurm-local | slurm-ssh://... | slurm-rest://...), or
+    ``kubernetes``: JobSets and PyTorchJobs annotated ``trainguard.dev/policy`` (``k8s/kubejobs``)."""
     namespaces: tuple[str, ...] = ()
     """Namespaces whose RecoveryPolicy/WorkloadRecovery objects are served; empty with clusterwide."""
     clusterwide: bool = False
@@ -196,6 +198,9 @@ class Shell:
         if workload:
             return str(workload)
         ref = (body.get("spec") or {}).get("workload") or {}
+        if ref.get("kind") in (recovery.WorkloadKind.JOBSET, recovery.WorkloadKind.PYTORCH_JOB) and ref.get("id"):
+            namespace = (body.get("metadata") or {}).get("namespace") or self.config.workload_namespace
+            return f"k8s/{namespace}/{ref['kind']}/{ref['id']}"
         if ref.get("kind") != recovery.WorkloadKind.SLURM_JOB or not ref.get("id"):
             return None
         if ref.get("cluster"):
@@ -270,6 +275,20 @@ class Shell:
         rt = self.engine.runtimes.get(workload)
         if rt is None:
             return
+        kube = kube_wiring.kube_of(self.scheduler)
+        own = kube_wiring.workload_ref(kube, workload) if kube is not None else None
+        if own is not None:  # a JobSet/PyTorchJob: Events on the workload itself, and its WorkloadRecovery
+            draft = events.draft_for(kind, payload)
+            if draft is not None:
+                await events.post(self.api, own, draft, self.now())
+            try:
+                if status.object_name(workload) in self.objects:
+                    self.coalescer.mark(workload, urgent=kind in URGENT_KINDS)  # within the write budget
+                else:
+                    await self._ensure(rt)  # a new object: created with its status at once
+            except (client.ApiException, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                logger.warning("%s: cannot update its WorkloadRecovery: %s", workload, client.message_of(exc))
+            return
         try:
             obj = await self._object(rt)
         except (client.ApiException, aiohttp.ClientError, TimeoutError, ValueError) as exc:
@@ -342,8 +361,14 @@ class Shell:
         """Create the workload's WorkloadRecovery if missing; sync its status; return the object."""
         assert self.api is not None
         view = await self._view(rt)
-        namespace = self.config.workload_namespace
+        namespace = status.namespace_of(view.workload, self.config.workload_namespace)
         name = status.object_name(view.workload)
+        owner = None
+        kube = kube_wiring.kube_of(self.scheduler)
+        if kube is not None:
+            owner = kube_wiring.owner_of(kube, view.workload)
+            if owner is None and status.kube_workload(view.workload) is not None:
+                raise ValueError(f"{view.workload}: uid not known yet; its WorkloadRecovery waits for the watch")
         async with self.lock:
             obj = observed
             if obj is None:
@@ -356,7 +381,7 @@ class Shell:
                 try:
                     obj = dict(await k8s.CustomObjectsApi(self.api).create_namespaced_custom_object(
                         recovery.GROUP, recovery.VERSION, namespace, recovery.PLURAL,
-                        status.desired_object(view, namespace)))
+                        status.desired_object(view, namespace, owner)))
                     logger.info("created WorkloadRecovery %s/%s for %s", namespace, name, view.workload)
                 except client.ApiException as exc:
                     if not client.is_conflict(exc):  # AlreadyExists: someone (a retry of ours) was first
@@ -385,14 +410,21 @@ class Shell:
             try:
                 name = status.object_name(rt.workload)
             except ValueError:
-                continue  # not a Slurm workload; Kubernetes workloads report on their own objects
-            tracked.add(name)
+                continue  # a workload id no WorkloadRecovery kind describes
+            mine = status.namespace_of(rt.workload, namespace) == namespace
+            if mine:
+                tracked.add(name)
             try:
-                if name not in existing:
+                if mine and name in existing:
+                    if status.differs(await self._view(rt), existing[name], now=self.now()):
+                        self.coalescer.mark(rt.workload)  # written by the coalescer, within the write budget
+                elif mine or name not in self.objects:
                     await self._ensure(rt)  # a new object: created with its status at once
-                elif status.differs(await self._view(rt), existing[name], now=self.now()):
-                    self.coalescer.mark(rt.workload)  # written by the coalescer, within the write budget
-            except client.ApiException as exc:
+                else:
+                    # A Kubernetes workload's object lives in the workload's namespace, outside the
+                    # listing above: the coalescer's write reads it, and patches only a difference.
+                    self.coalescer.mark(rt.workload)
+            except (client.ApiException, ValueError) as exc:
                 logger.warning("WorkloadRecovery %s: %s", name, client.message_of(exc))
         now = self.clock.now()
         for name in set(existing) - tracked:
@@ -474,9 +506,16 @@ class Shell:
         catalog = catalog_mod.load_catalog(extra_files=list(config.patterns_files))
         fallback = None
         env = dict(config.scheduler_env if config.scheduler_env is not None else os.environ)
-        if config.scheduler.startswith("slurm-rest:") and config.rest_fallback != "none":
+        if "slurm-rest:" in config.scheduler and config.rest_fallback != "none":
             fallback = factory.open_scheduler(config.rest_fallback, env=env)
-        self.scheduler = factory.open_scheduler(config.scheduler, env=env, jwt=config.jwt, fallback=fallback)
+        opened: list[base.Scheduler] = []
+        for spec in (part.strip() for part in config.scheduler.split(",") if part.strip()):
+            if spec == kube_wiring.SPEC:
+                # the served namespaces (--namespace); --all-namespaces: every namespace
+                opened.append(await kube_wiring.open_scheduler(namespaces=config.namespaces))
+            else:
+                opened.append(factory.open_scheduler(spec, env=env, jwt=config.jwt, fallback=fallback))
+        self.scheduler = opened[0] if len(opened) == 1 else composite.CompositeScheduler(opened)
         engine_settings = settings_mod.EngineSettings(discovery_interval_s=config.poll_s,
                                                       allow_action=config.allow_action)
         context = audit.AuditContext(policy_version="kubernetes", catalog_version=catalog.version,
@@ -498,10 +537,11 @@ class Shell:
         if config.shards > 1:
             if config.peering is not None:
                 raise ValueError("--shards and --peering exclude each other: each shard has its own Lease")
-            spec = shards_mod.ShardSpec(config.shards, config.shard_key, config.replica_id
-                                        or f"{os.environ.get('POD_NAME') or socket.gethostname()}-{os.getpid()}")
-            self.ownership = shards_mod.Ownership(spec, shard_leases.KubeShardLeases(
-                self.api, config.workload_namespace, self.store, spec, self.clock))
+            shard_spec = shards_mod.ShardSpec(
+                config.shards, config.shard_key,
+                config.replica_id or f"{os.environ.get('POD_NAME') or socket.gethostname()}-{os.getpid()}")
+            self.ownership = shards_mod.Ownership(shard_spec, shard_leases.KubeShardLeases(
+                self.api, config.workload_namespace, self.store, shard_spec, self.clock))
             await self._begin_term()
         elif config.peering is None:
             await self._begin_term()
@@ -547,6 +587,9 @@ class Shell:
             _spawn(self.report_forever(self.term_stop), "workloadrecovery-report"),
             _spawn(self.coalescer.run(self.term_stop, self.write_status), "workloadrecovery-status"),
         ]
+        kube = kube_wiring.kube_of(self.scheduler)
+        if kube is not None:
+            self.term_tasks.append(_spawn(kube_wiring.sweep_forever(kube, self.term_stop), "exclusion-sweep"))
 
     async def _end_term(self, *, abort: bool = False) -> None:
         """Stop acting: the engine stops discovery and waits for in-flight recoveries, or, with

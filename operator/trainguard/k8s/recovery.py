@@ -109,16 +109,27 @@ def transition(source: Phase | None, target: Phase) -> Phase:
 
 class WorkloadKind(enum.StrEnum):
     """Kinds of workload Trainguard watches. Only what the operator serves today: a kind is added
-    here (and to ``ID_PATTERNS``) with the scheduler adapter that recovers it (JobSet next), so the
-    schema never accepts a WorkloadRecovery nothing acts on."""
+    here (and to ``ID_PATTERNS``) with the scheduler adapter that recovers it, so the schema never
+    accepts a WorkloadRecovery nothing acts on. JobSet and PyTorchJob: ``k8s/kubejobs``; their
+    WorkloadRecovery lives in the workload's namespace, owned by it (garbage-collected with it)."""
 
     SLURM_JOB = "SlurmJob"
+    JOBSET = "JobSet"
+    PYTORCH_JOB = "PyTorchJob"
 
 
 ID_PATTERNS: Final[Mapping[WorkloadKind, tuple[str, str]]] = {
     WorkloadKind.SLURM_JOB: (
         r"^[0-9]{1,10}(_[0-9]{1,10})?$",
         "a SlurmJob id is a Slurm job id such as 1234, or 1234_7 for an array task",
+    ),
+    WorkloadKind.JOBSET: (
+        r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$",
+        "a JobSet id is the JobSet's name (in the WorkloadRecovery's namespace)",
+    ),
+    WorkloadKind.PYTORCH_JOB: (
+        r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$",
+        "a PyTorchJob id is the PyTorchJob's name (in the WorkloadRecovery's namespace)",
     ),
 }
 """Kind -> (regex of ``workload.id``, message). Checked by pydantic and, as CEL, by the apiserver."""
@@ -147,7 +158,7 @@ class WorkloadRef(_Section):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _id_rules()})
 
-    kind: WorkloadKind = Field(description="SlurmJob (plain Slurm or Slinky).")
+    kind: WorkloadKind = Field(description="SlurmJob (plain Slurm or Slinky), JobSet or PyTorchJob.")
     cluster: str = Field(
         default="",
         max_length=253,
@@ -158,7 +169,8 @@ class WorkloadRef(_Section):
     id: str = Field(
         min_length=1,
         max_length=253,
-        description="The Slurm job id (1234, or 1234_7 for an array task).",
+        description="The Slurm job id (1234, or 1234_7 for an array task); for a JobSet or PyTorchJob, its "
+        "name in the WorkloadRecovery's namespace.",
     )
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from trainguard import engine as engine_mod
 from trainguard.k8s import client, condition, recovery
+from trainguard.k8s.kubejobs import common as kube_common
 from trainguard.model import actions, vocab, workloads
 
 logger = logging.getLogger(__name__)
@@ -122,28 +123,58 @@ def split_workload(workload: str) -> tuple[str, str]:
     return parts[1], parts[2]
 
 
+def kube_workload(workload: str) -> tuple[str, recovery.WorkloadKind, str] | None:
+    """(namespace, kind, name) of a Kubernetes workload id (``k8s/NS/KIND/NAME``); None for others."""
+    try:
+        namespace, kind, name = kube_common.split_id(workload)
+        return namespace, recovery.WorkloadKind(kind), name
+    except ValueError:
+        return None
+
+
+def namespace_of(workload: str, default: str) -> str:
+    """Where the workload's WorkloadRecovery lives: a Kubernetes workload's own namespace (an owner
+    reference cannot cross namespaces), else ``default`` (the operator's)."""
+    kube = kube_workload(workload)
+    return kube[0] if kube is not None else default
+
+
 def object_name(workload: str) -> str:
-    """The WorkloadRecovery name of a workload: ``slurm-<cluster>-<job id>`` as a DNS-1123 name."""
+    """The WorkloadRecovery name of a workload: ``slurm-<cluster>-<job id>`` as a DNS-1123 name, or
+    ``<kind>-<name>`` (``jobset-train``) for a Kubernetes workload."""
+    kube = kube_workload(workload)
+    if kube is not None:
+        return f"{kube[1].value.lower()}-{kube[2]}"
     cluster, job_id = split_workload(workload)
     cluster = re.sub(r"[^a-z0-9-]+", "-", cluster.lower()).strip("-")[:60] or "default"
     return f"slurm-{cluster}-{job_id.replace('_', '-')}"
 
 
-def desired_object(view: WorkloadView, namespace: str) -> dict[str, Any]:
-    """The WorkloadRecovery to create for a newly tracked workload (status comes separately)."""
-    cluster, job_id = split_workload(view.workload)
-    spec = recovery.WorkloadRecoverySpec(
-        workload=recovery.WorkloadRef(kind=recovery.WorkloadKind.SLURM_JOB, cluster=cluster, id=job_id),
-    )
+def desired_object(view: WorkloadView, namespace: str, owner: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The WorkloadRecovery to create for a newly tracked workload (status comes separately).
+
+    A Kubernetes workload's object is created in the workload's namespace with an owner reference to
+    it (``owner``: apiVersion, kind, name, uid), so Kubernetes garbage-collects it with the workload."""
+    kube = kube_workload(view.workload)
+    if kube is not None:
+        namespace = kube[0]
+        ref = recovery.WorkloadRef(kind=kube[1], id=kube[2])
+    else:
+        cluster, job_id = split_workload(view.workload)
+        ref = recovery.WorkloadRef(kind=recovery.WorkloadKind.SLURM_JOB, cluster=cluster, id=job_id)
+    spec = recovery.WorkloadRecoverySpec(workload=ref)
+    metadata: dict[str, Any] = {
+        "name": object_name(view.workload),
+        "namespace": namespace,
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+        "annotations": {WORKLOAD_ANNOTATION: view.workload},
+    }
+    if kube is not None and owner is not None:
+        metadata["ownerReferences"] = [{**owner, "controller": False, "blockOwnerDeletion": False}]
     return {
         "apiVersion": recovery.API_VERSION,
         "kind": recovery.KIND,
-        "metadata": {
-            "name": object_name(view.workload),
-            "namespace": namespace,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
-            "annotations": {WORKLOAD_ANNOTATION: view.workload},
-        },
+        "metadata": metadata,
         "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
 

@@ -82,6 +82,9 @@ class JobSnapshot(BaseModel):
     requeue_allowed: bool = True
     num_tasks: int | None = None
     """Tasks of the job (Slurm ``NumTasks``); with ``nodes`` it gives the rank layout."""
+    min_nodes: int | None = None
+    """The fewest nodes the workload can run on, when the scheduler packs its tasks by their requests
+    (a Kubernetes workload's pods); None: it needs as many nodes as it has (Slurm)."""
     array_job_id: str | None = None
     array_task_id: str | None = None
     submitted_at: float | None = None

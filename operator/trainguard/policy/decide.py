@@ -344,7 +344,7 @@ def _exclusions(
         return already
     total = [*already, *fresh]
     if partition_nodes is not None:
-        needed = max(1, len(job.nodes))
+        needed = job.min_nodes if job.min_nodes is not None else max(1, len(job.nodes))
         remaining = partition_nodes - len(total)
         if remaining < needed:
             reasons.append(

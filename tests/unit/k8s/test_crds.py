@@ -193,7 +193,7 @@ def test_names_and_the_recoveries_contract() -> None:
 def resolve(schema: dict[str, Any], json_path: str) -> dict[str, Any] | None:
     """The schema node a simple printer-column path (``.a.b`` or ``.a[?(@.type=="X")].b``) points at."""
     node = schema
-    for part in re.findall(r"\.([A-Za-z]+)(\[\?[^]]*\])?", json_path):
+    for part in re.findall(r"\.([A-Za-z]+)(\[\?[^]]*\]|\[[0-9]+\])?", json_path):
         name, selector = part
         properties = node.get("properties")
         if properties is None or name not in properties:
@@ -208,7 +208,8 @@ def resolve(schema: dict[str, Any], json_path: str) -> dict[str, Any] | None:
     ("kind", "expected"),
     [
         ("RecoveryPolicy", ["Mode", "Accepted", "Covered", "Age"]),
-        ("WorkloadRecovery", ["Workload", "Phase", "Attempt", "Last Anomaly", "Verdict", "Advice", "Age"]),
+        ("WorkloadRecovery", ["Workload", "Phase", "Attempt", "Last Anomaly", "Verdict", "Advice", "Mode", "Last Step",
+                              "Age"]),
     ],
 )
 def test_printer_columns_point_at_real_fields(kind: str, expected: list[str]) -> None:
@@ -320,7 +321,7 @@ def test_example_loads_into_the_pydantic_models(path: Path) -> None:
 @pytest.mark.parametrize(
     ("where", "value"),
     [
-        (("spec", "workload", "kind"), "PyTorchJob"),
+        (("spec", "workload", "kind"), "TrainJob"),  # a kind no adapter serves
         (("status", "phase"), "Exploded"),
         (("status", "advice", "disposition"), "Maybe"),
         (("status", "attempt"), -1),

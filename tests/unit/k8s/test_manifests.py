@@ -23,7 +23,7 @@ MANIFESTS = REPO / "manifests"
 KUBE_VERSION = "1.36.0"
 NAMESPACE = "trainguard-system"
 SERVICE_ACCOUNT = "trainguard"
-KUSTOMIZATIONS = [MANIFESTS, MANIFESTS / "slinky"]
+KUSTOMIZATIONS = [MANIFESTS, MANIFESTS / "slinky", MANIFESTS / "kubernetes"]
 ALLOWED_KUSTOMIZE_KEYS = {"apiVersion", "kind", "resources"}
 
 
@@ -158,6 +158,20 @@ def test_roles_are_bound_to_our_service_account_only(base: list[dict[str, Any]])
     assert [binding["kind"] for binding in pods_bindings] == ["RoleBinding"], "pod access must stay per namespace"
     assert rules(slinky, "trainguard-slinky-pods") == {("", "pods", verb) for verb in ("get", "list", "watch")}
     assert not [obj for obj in base if obj.get("roleRef", {}).get("name") == "trainguard-slinky-pods"]
+
+
+def test_kubernetes_workload_role_is_exactly_what_the_adapter_uses() -> None:
+    objects = render(MANIFESTS / "kubernetes")
+    read = ("get", "list", "watch")
+    assert rules(objects, "trainguard-kubernetes-workloads") == {
+        *(("jobset.x-k8s.io", "jobsets", verb) for verb in (*read, "patch")),
+        *(("kubeflow.org", "pytorchjobs", verb) for verb in (*read, "patch")),
+        *(("", "pods", verb) for verb in read),
+        ("", "pods/log", "get"),
+    }
+    (binding,) = [obj for obj in by_kind(objects, "ClusterRoleBinding")
+                  if obj["roleRef"]["name"] == "trainguard-kubernetes-workloads"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
 
 
 def operator_container(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -81,7 +81,11 @@ def test_the_terminal_error_message_says_so() -> None:
         ("SlurmJob", "48213;rm", False),
         ("SlurmJob", "abc", False),
         ("SlurmJob", "", False),
-        ("JobSet", "pretrain-7b", False),  # no JobSet adapter yet: the schema does not accept what nothing serves
+        ("JobSet", "pretrain-7b", True),
+        ("PyTorchJob", "bert.large-2", True),
+        ("JobSet", "Pretrain_7B", False),  # a JobSet id is the object's DNS-1123 name
+        ("PyTorchJob", "48213;rm", False),
+        ("TrainJob", "pretrain-7b", False),  # no adapter serves it: the schema does not accept it
     ],
 )
 def test_workload_id_must_fit_its_kind(kind: str, workload_id: str, ok: bool) -> None:

@@ -1,0 +1,486 @@
+"""``KubeScheduler``: JobSets and PyTorchJobs behind the engine's ``Scheduler`` protocol.
+
+Place in the loop: the scheduler adapter of ``trainguard operator --scheduler kubernetes``. The
+engine and the executor drive it exactly like the Slurm adapters; what each operation means here:
+
+- discovery (``list_jobs``) reads a watch-fed cache of the opted-in workloads (annotation
+  ``trainguard.dev/policy``), their pods and the nodes; ``get_job`` is always a fresh read (GET of
+  the workload and a list of its pods), because the executor verifies every step with it;
+- ``requeue_hold`` = suspend through the spec (never a status patch) and count one restart of ours
+  in ``trainguard.dev/restarts`` (a suspend/resume cycle replaces every pod: a new attempt);
+  ``release`` = resume (only a suspend of ours: ``trainguard.dev/suspended-by``); ``requeue`` =
+  ``requeue_hold``, wait until the pods are gone, ``release``; ``hold`` = suspend;
+  ``cancel`` = suspend with ``trainguard.dev/stopped`` (the snapshot shows CANCELLED; nothing is deleted);
+- ``exclude_nodes`` / ``drain_node`` = cordon + our ``NoExecute`` taint (``nodes.py``);
+  ``resume_node`` lifts only our own;
+- a workload in a terminal state (Completed, or Failed after its own ``maxRestarts``/
+  ``backoffLimit``) is not restarted: ``Unsupported`` (its own budget is spent; we do not fight it).
+
+Every operation is idempotent: "already so" is success. Patches that replace lists (node taints)
+carry the resourceVersion they were computed from, and a 409 is retried from a fresh read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import aiohttp
+from kubernetes_asyncio import client as kclient
+from kubernetes_asyncio import watch as kwatch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from trainguard.k8s import workloads as optin
+from trainguard.k8s.kubejobs import common, jobset, nodes, pytorchjob
+from trainguard.model import workloads
+from trainguard.schedulers import base
+
+logger = logging.getLogger(__name__)
+
+KINDS: Final[tuple[common.Kind, ...]] = (jobset.KIND, pytorchjob.KIND)
+MERGE: Final = "application/merge-patch+json"
+CONFLICT_RETRIES: Final = 5
+WATCH_TIMEOUT_S: Final = 240
+"""Server-side timeout of one watch request; the loop re-watches from the last resourceVersion."""
+DEFAULT_EXCLUSION_TTL_S: Final = 3600.0
+"""How long an exclusion of ours stays before ``sweep_exclusions`` may lift it (node Ready again)."""
+DEFAULT_OWN_RESTART_WAIT_S: Final = 30.0
+"""How long a restart step waits for the workload's own failure policy to restart it (a JobSet
+controller restarts within seconds of a pod failure) before it restarts it itself."""
+DEFAULT_RESTART_WAIT_S: Final = 120.0
+"""How long ``requeue`` waits for the suspended workload's pods to go before resuming it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Watch:
+    """One list+watch loop: what it watches, how, and where the objects go."""
+
+    what: str
+    call: Callable[..., Awaitable[Any]]
+    store: dict[tuple[str, str], common.Obj] | None
+    """None: the nodes (kept in ``KubeScheduler._nodes``)."""
+    key: Callable[[common.Obj], tuple[str, str]]
+    synced: asyncio.Event
+    on_event: Callable[[common.Obj], None] | None
+    scoped: str | None = None
+    """The namespace this watch covers (its relist replaces only that namespace's entries); None: all."""
+
+
+class KubeScheduler:
+    """The Kubernetes workload adapter; ``start`` begins the watches, ``close`` stops them."""
+
+    name = "kubernetes"
+
+    def __init__(self, api: kclient.ApiClient, *, kinds: Sequence[common.Kind] = KINDS,
+                 exclusion_ttl_s: float = DEFAULT_EXCLUSION_TTL_S, restart_wait_s: float = DEFAULT_RESTART_WAIT_S,
+                 now: Callable[[], float] = time.time, own_api: bool = True,
+                 namespaces: Sequence[str] = ()) -> None:
+        self._api = api
+        self._own_api = own_api
+        self._core = kclient.CoreV1Api(api)
+        self._custom = kclient.CustomObjectsApi(api)
+        self._kinds = {k.kind: k for k in kinds}
+        self.namespaces = tuple(namespaces)
+        """Namespaces whose workloads are watched; empty: every namespace."""
+        self.exclusion_ttl_s = exclusion_ttl_s
+        self.restart_wait_s = restart_wait_s
+        self.own_restart_wait_s = DEFAULT_OWN_RESTART_WAIT_S
+        self._now = now
+        self._objects: dict[str, dict[tuple[str, str], common.Obj]] = {k.kind: {} for k in kinds}
+        self._pods: dict[str, dict[tuple[str, str], common.Obj]] = {k.kind: {} for k in kinds}
+        self._nodes: dict[str, common.Obj] = {}
+        self._failures: dict[str, common.Failure] = {}
+        self._seen_nodes: dict[str, set[str]] = {}
+        """Nodes any pod of the workload ran on while we watched: its allocation, past attempts included."""
+        """Last failed container seen per workload: the pod may be deleted by its restart before we read it."""
+        self._synced: dict[str, asyncio.Event] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.changed = asyncio.Event()
+        """Set on every watch event: the engine's discovery may look now."""
+
+    def kind(self, kind_name: str) -> common.Kind | None:
+        return self._kinds.get(kind_name)
+
+    def uid_of(self, job_id: str) -> str | None:
+        """The workload's uid from the cache (None when not seen)."""
+        try:
+            namespace, kind_name, name = common.split_id(job_id)
+        except ValueError:
+            return None
+        obj = self._objects.get(kind_name, {}).get((namespace, name))
+        return str(common.meta(obj).get("uid")) if obj is not None else None
+
+    # ------------------------------------------------------------------ raw reads and writes
+
+    async def _json(self, call: Awaitable[Any]) -> common.Obj:
+        response = await call
+        try:
+            data: common.Obj = json.loads(await response.read())
+        finally:
+            response.release()
+        return data
+
+    async def _get_object(self, kind: common.Kind, namespace: str, name: str) -> common.Obj:
+        try:
+            return await self._json(self._custom.get_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                raise base.JobGone(f"{kind.kind} {namespace}/{name} not found") from exc
+            raise base.SchedulerError(f"{kind.kind} {namespace}/{name}: {exc.status} {exc.reason}") from exc
+
+    async def _list_pods(self, kind: common.Kind, namespace: str, name: str) -> list[common.Obj]:
+        data = await self._json(self._core.list_namespaced_pod(
+            namespace, label_selector=kind.pod_selector(name), _preload_content=False))
+        return list(data.get("items") or [])
+
+    async def _patch_object(self, kind: common.Kind, namespace: str, name: str, body: common.Obj) -> None:
+        try:
+            await self._custom.patch_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name, body,
+                _content_type=MERGE)  # type: ignore[call-arg]  # a documented **kwargs option
+        except ApiException as exc:
+            if exc.status == 404:
+                raise base.JobGone(f"{kind.kind} {namespace}/{name} not found") from exc
+            detail = f"{exc.status} {exc.reason}: {exc.body!r}"
+            raise base.SchedulerError(f"{kind.kind} {namespace}/{name}: {detail}") from exc
+
+    async def _read(self, job_id: str) -> tuple[common.Kind, str, str, common.Obj]:
+        namespace, kind_name, name = common.split_id(job_id)
+        kind = self._kinds.get(kind_name)
+        if kind is None:
+            raise base.JobGone(f"{job_id}: kind {kind_name} is not served")
+        return kind, namespace, name, await self._get_object(kind, namespace, name)
+
+    # ------------------------------------------------------------------ the Scheduler protocol
+
+    async def list_jobs(self) -> list[workloads.JobSnapshot]:
+        """The opted-in workloads in the watch cache (waits briefly for the first listing)."""
+        await self.wait_synced(within_s=30.0)
+        excluded = self._excluded()
+        found: list[workloads.JobSnapshot] = []
+        for kind_name, objects in self._objects.items():
+            kind = self._kinds[kind_name]
+            for (namespace, name), obj in list(objects.items()):
+                if common.comment_of(obj) is None:
+                    continue
+                pods = [p for (ns, _), p in self._pods[kind_name].items()
+                        if ns == namespace and common.labels(p).get(kind.pod_selector_key) == name]
+                wid = common.workload_id(namespace, kind.kind, name)
+                fewest = common.min_nodes(pods, list(self._nodes.values()))
+                found.append(common.snapshot(kind, obj, pods, excluded, self._failures.get(wid), fewest_nodes=fewest))
+        return found
+
+    async def get_job(self, job_id: str) -> workloads.JobSnapshot:
+        kind, namespace, name, obj = await self._read(job_id)
+        pods = await self._list_pods(kind, namespace, name)
+        for pod in pods:
+            self._note_failure(kind, pod)
+        node_list = list((await self._json(self._core.list_node(_preload_content=False))).get("items") or [])
+        excluded = [str(common.meta(n).get("name", "")) for n in node_list if nodes.has_our_taint(n)]
+        return common.snapshot(kind, obj, pods, excluded, self._failures.get(job_id),
+                               fewest_nodes=common.min_nodes(pods, node_list))
+
+    def _guard(self, job_id: str, obj: common.Obj) -> None:
+        """Never act on a workload that did not opt in."""
+        if optin.opt_in(common.annotations_of(obj)) is None:
+            raise base.SchedulerError(f"{job_id} has no {optin.POLICY_ANNOTATION} annotation: not touched")
+
+    async def _suspend(self, job_id: str, why: str, *, count_restart: bool, stop: bool = False) -> None:
+        kind, namespace, name, obj = await self._read(job_id)
+        self._guard(job_id, obj)
+        notes = common.annotations_of(obj)
+        if kind.finished_state(obj) is not None:
+            if stop:
+                return  # already finished: a stop has nothing left to do
+            raise base.Unsupported(f"{job_id} is {kind.finished_state(obj)}: its own restart budget is spent or it "
+                                   "is done; a terminal workload is not restarted")
+        if kind.suspended(obj) and common.SUSPENDED_BY_ANNOTATION not in notes:
+            raise base.SchedulerError(f"{job_id} was suspended by someone else; left alone")
+        annotations: dict[str, Any] = {common.SUSPENDED_BY_ANNOTATION: f"{base.OUR_REASON_PREFIX} {why}"}
+        if count_restart:
+            annotations[common.RESTARTS_ANNOTATION] = str(common.our_restarts(obj) + 1)
+        if stop:
+            annotations[common.STOPPED_ANNOTATION] = f"{base.OUR_REASON_PREFIX} {why}"
+        body = {"metadata": {"resourceVersion": common.meta(obj).get("resourceVersion"), "annotations": annotations},
+                **kind.suspend_patch(True)}
+        await self._patch_object(kind, namespace, name, body)
+
+    async def _own_restart(self, job_id: str) -> bool:
+        """Whether the workload's own failure policy restarted it (waiting up to ``own_restart_wait_s``
+        when it is about to: a JobSet with restarts left whose current pods include a failed one).
+        Then our restart step must not restart it a second time."""
+        kind, namespace, name, obj = await self._read(job_id)
+        if kind is not jobset.KIND or kind.finished_state(obj) is not None or kind.suspended(obj):
+            return False
+        baseline = jobset.own_attempts(obj, [])
+        if jobset.max_restarts(obj) <= baseline:
+            return False  # its own budget is spent: the restart is ours to make
+        if not any(common.pod_failure(p) for p in await self._list_pods(kind, namespace, name)):
+            return False  # nothing failed (a hang): its own policy will not restart it
+        deadline = self._now() + self.own_restart_wait_s
+        while self._now() < deadline:
+            _, _, _, obj = await self._read(job_id)
+            if jobset.own_attempts(obj, []) > baseline:
+                logger.info("%s: restarted by its own failure policy; no restart of ours", job_id)
+                return True
+            await asyncio.sleep(0.5)
+        return False
+
+    async def requeue_hold(self, job_id: str) -> None:
+        if await self._own_restart(job_id):
+            return  # its own restart stands (never a second one); exclusions follow while it runs
+        await self._suspend(job_id, "restart: suspended until the suspect nodes are excluded", count_restart=True)
+
+    async def hold(self, job_id: str) -> None:
+        kind, _, _, obj = await self._read(job_id)
+        if kind.suspended(obj):
+            return
+        await self._suspend(job_id, "held by recovery", count_restart=False)
+
+    async def release(self, job_id: str) -> None:
+        kind, namespace, name, obj = await self._read(job_id)
+        self._guard(job_id, obj)
+        if not kind.suspended(obj):
+            return
+        if common.SUSPENDED_BY_ANNOTATION not in common.annotations_of(obj):
+            raise base.SchedulerError(f"{job_id} was suspended by someone else; left suspended")
+        body = {"metadata": {"resourceVersion": common.meta(obj).get("resourceVersion"),
+                             "annotations": {common.SUSPENDED_BY_ANNOTATION: None}},
+                **kind.suspend_patch(False)}
+        await self._patch_object(kind, namespace, name, body)
+
+    async def requeue(self, job_id: str) -> None:
+        """A full restart: suspend (the controller removes every pod), wait for them to go, resume;
+        nothing when the workload's own failure policy restarted it."""
+        if await self._own_restart(job_id):
+            return
+        await self._suspend(job_id, "restart: suspended, resumed once its pods are gone", count_restart=True)
+        kind, namespace, name, _ = await self._read(job_id)
+        deadline = self._now() + self.restart_wait_s
+        while any(common.live(p) for p in await self._list_pods(kind, namespace, name)):
+            if self._now() >= deadline:
+                raise base.SchedulerError(f"{job_id}: pods still present {self.restart_wait_s:.0f} s after suspend; "
+                                          "left suspended for the watchdog")
+            await asyncio.sleep(0.5)
+        await self.release(job_id)
+
+    async def cancel(self, job_id: str) -> None:
+        await self._suspend(job_id, "stopped by recovery", count_restart=False, stop=True)
+
+    async def exclude_nodes(self, job_id: str, names: list[str]) -> None:
+        """Cordon and taint each node; only nodes the workload runs or ran on while we watched (its
+        allocation): a node-wide exclusion must never reach a node the workload never used. After a
+        restart of the operator a node only an earlier attempt used is refused (SchedulerError: the
+        executor abandons and the watchdog takes over), never guessed."""
+        job = await self.get_job(job_id)
+        if not job.comment:
+            raise base.SchedulerError(f"{job_id} did not opt in: not touched")
+        known = set(job.nodes) | set(job.excluded_nodes) | self._seen_nodes.get(job_id, set())
+        outside = sorted(set(names) - known)
+        if outside:
+            raise base.SchedulerError(f"{job_id}: nodes {', '.join(outside)} are not in its allocation; not excluded")
+        for node in names:
+            await self._exclude(node, job_id, f"suspect node of {job_id}")
+
+    async def drain_node(self, node: str, reason: str) -> None:
+        await self._exclude(node, "", reason)
+
+    async def _exclude(self, node: str, workload: str, reason: str) -> None:
+        for _ in range(CONFLICT_RETRIES):
+            obj = await self._get_node(node)
+            patch = nodes.exclude_patch(obj, workload or "trainguard", reason, self._now())
+            if patch is None:
+                return
+            if await self._patch_node(node, patch):
+                logger.info("node %s cordoned and tainted %s: %s", node, nodes.TAINT_KEY, reason)
+                return
+        raise base.SchedulerError(f"node {node}: changed concurrently {CONFLICT_RETRIES} times; not excluded")
+
+    async def resume_node(self, node: str) -> None:
+        for _ in range(CONFLICT_RETRIES):
+            obj = await self._get_node(node)
+            patch = nodes.lift_patch(obj)
+            if patch is None:
+                return
+            if await self._patch_node(node, patch):
+                logger.info("node %s: our exclusion lifted", node)
+                return
+        raise base.SchedulerError(f"node {node}: changed concurrently {CONFLICT_RETRIES} times; not resumed")
+
+    async def _get_node(self, node: str) -> common.Obj:
+        try:
+            return await self._json(self._core.read_node(node, _preload_content=False))
+        except ApiException as exc:
+            raise base.SchedulerError(f"node {node}: {exc.status} {exc.reason}") from exc
+
+    async def _patch_node(self, node: str, patch: common.Obj) -> bool:
+        """Apply; False on a 409 (re-read and retry)."""
+        try:
+            await self._core.patch_node(node, patch, _content_type=MERGE)  # type: ignore[call-arg]  # **kwargs option
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise base.SchedulerError(f"node {node}: {exc.status} {exc.reason}: {exc.body!r}") from exc
+        return True
+
+    async def list_nodes(self) -> list[workloads.NodeSnapshot]:
+        data = await self._json(self._core.list_node(_preload_content=False))
+        return [nodes.snapshot(n) for n in data.get("items") or []]
+
+    async def sweep_exclusions(self) -> list[str]:
+        """The rule that ends our exclusions: a node we excluded ``exclusion_ttl_s`` ago and that is
+        Ready now is lifted (our taint, our cordon, our record; nothing a person set). Returns the
+        nodes lifted. A node still NotReady stays excluded until it is Ready."""
+        lifted: list[str] = []
+        data = await self._json(self._core.list_node(_preload_content=False))
+        for node in data.get("items") or []:
+            record = nodes.exclusion_of(node)
+            if record is None or not nodes.ready(node) or self._now() - record.at < self.exclusion_ttl_s:
+                continue
+            name = str(common.meta(node).get("name"))
+            try:
+                await self.resume_node(name)
+            except base.SchedulerError as exc:
+                logger.warning("exclusion of node %s not lifted: %s", name, exc)
+                continue
+            lifted.append(name)
+        return lifted
+
+    async def close(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._own_api:
+            await self._api.close()
+
+    # ------------------------------------------------------------------ the watch-fed cache
+
+    def start(self) -> None:
+        """Begin the watches (workloads of each kind, their pods, nodes)."""
+        if self._tasks:
+            return
+        for kind in self._kinds.values():
+            for namespace in self.namespaces or (None,):
+                where = namespace or "all"
+                objects = functools_partial(self._custom.list_cluster_custom_object, kind.group, kind.version,
+                                            kind.plural) if namespace is None else functools_partial(
+                    self._custom.list_namespaced_custom_object, kind.group, kind.version, namespace, kind.plural)
+                pods = functools_partial(self._core.list_pod_for_all_namespaces, label_selector=kind.pod_selector_key) \
+                    if namespace is None else functools_partial(self._core.list_namespaced_pod, namespace,
+                                                                label_selector=kind.pod_selector_key)
+                self._spawn(f"{kind.plural}@{where}", objects, self._objects[kind.kind], _by_name, scoped=namespace)
+                self._spawn(f"pods-of-{kind.plural}@{where}", pods, self._pods[kind.kind], _by_uid,
+                            on_event=functools_partial(self._note_failure, kind), scoped=namespace)
+        self._spawn("nodes", self._core.list_node, None, lambda o: ("", _by_name(o)[1]))
+
+    def _spawn(self, what: str, call: Callable[..., Awaitable[Any]], store: dict[tuple[str, str], common.Obj] | None,
+               key: Callable[[common.Obj], tuple[str, str]], *,
+               on_event: Callable[[common.Obj], None] | None = None, scoped: str | None = None) -> None:
+        synced = self._synced.setdefault(what, asyncio.Event())
+        task = asyncio.ensure_future(self._watch_forever(_Watch(what, call, store, key, synced, on_event, scoped)))
+        task.set_name(f"kube-watch-{what}")
+        self._tasks.append(task)
+
+    async def wait_synced(self, within_s: float) -> bool:
+        """Whether every watch has had its first listing (waits up to ``within_s``)."""
+        if not self._synced:
+            return True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._synced.values())), within_s)
+        return all(e.is_set() for e in self._synced.values())
+
+    def _note_failure(self, kind: common.Kind, pod: common.Obj) -> None:
+        """Remember the pod's node and failure: its restart may delete the pod before anyone reads it."""
+        name = common.labels(pod).get(kind.pod_selector_key)
+        if not name:
+            return
+        wid = common.workload_id(str(common.meta(pod).get("namespace")), kind.kind, name)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            self._seen_nodes.setdefault(wid, set()).add(str(node))
+        failure = common.pod_failure(pod)
+        if failure is not None:
+            self._failures[wid] = failure
+
+    async def _watch_forever(self, spec: _Watch) -> None:
+        what, call, store, key, synced, on_event = (spec.what, spec.call, spec.store, spec.key, spec.synced,
+                                                    spec.on_event)
+        target: dict[tuple[str, str], common.Obj] = store if store is not None else {}
+        delay = 0.5
+        while True:
+            try:
+                listing = await self._json(call(_preload_content=False))
+                items = list(listing.get("items") or [])
+                for stale in [k for k in target if spec.scoped is None or k[0] == spec.scoped]:
+                    del target[stale]
+                for item in items:
+                    target[key(item)] = item
+                    if on_event is not None:
+                        on_event(item)
+                if store is None:
+                    self._nodes = {k[1]: v for k, v in target.items()}
+                synced.set()
+                self.changed.set()
+                version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+                delay = 0.5
+                async with kwatch.Watch(return_type="object") as stream:  # we keep raw dicts
+                    events = stream.stream(call, resource_version=version, timeout_seconds=WATCH_TIMEOUT_S,
+                                           allow_watch_bookmarks=True)
+                    async for event in events:
+                        kind, obj = str(event.get("type")), event.get("raw_object") or {}
+                        if kind == "BOOKMARK" or not isinstance(obj, dict):
+                            continue
+                        if kind == "DELETED":
+                            target.pop(key(obj), None)
+                        else:
+                            target[key(obj)] = obj
+                            if on_event is not None:
+                                on_event(obj)
+                        if store is None:
+                            self._nodes[key(obj)[1]] = obj
+                            if kind == "DELETED":
+                                self._nodes.pop(key(obj)[1], None)
+                        self.changed.set()
+            except asyncio.CancelledError:
+                raise
+            except ApiException as exc:
+                if exc.status == 404:  # the kind's CRD is not installed: nothing of it to watch
+                    synced.set()
+                    logger.info("watch %s: not served by this API server (404); retrying in 30 s", what)
+                    await asyncio.sleep(30.0)
+                    continue
+                if exc.status != 410:
+                    logger.warning("watch %s: %s %s; retrying in %.1f s", what, exc.status, exc.reason, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+                logger.warning("watch %s: %s; retrying in %.1f s", what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    def _excluded(self) -> list[str]:
+        return [name for name, node in self._nodes.items() if nodes.has_our_taint(node)]
+
+
+def _by_name(obj: common.Obj) -> tuple[str, str]:
+    return str(common.meta(obj).get("namespace") or ""), str(common.meta(obj).get("name"))
+
+
+def _by_uid(obj: common.Obj) -> tuple[str, str]:
+    return str(common.meta(obj).get("namespace") or ""), str(common.meta(obj).get("uid"))
+
+
+def functools_partial(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+    """``functools.partial`` that keeps ``__doc__`` (the watch reads the watch argument's name from it)."""
+    bound = functools.partial(func, *args, **kwargs)
+    functools.update_wrapper(bound, func)
+    return bound

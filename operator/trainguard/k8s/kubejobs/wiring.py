@@ -1,0 +1,76 @@
+"""How the operator shell opens the Kubernetes adapter and reports on Kubernetes workloads.
+
+Kept out of ``k8s/operator.py`` so the shell only branches on the ``kubernetes`` scheduler spec:
+opening the adapter (credentials from ``k8s/client.py``), the periodic exclusion sweep, and the
+``involvedObject`` of Events about a workload (the JobSet/PyTorchJob itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+from trainguard.k8s import client, events
+from trainguard.k8s.kubejobs import common, scheduler
+from trainguard.schedulers import base, composite
+
+logger = logging.getLogger(__name__)
+
+SPEC: Final = "kubernetes"
+"""The ``--scheduler`` value that selects this adapter."""
+SWEEP_INTERVAL_S: Final = 60.0
+
+
+def kube_of(adapter: base.Scheduler | None) -> scheduler.KubeScheduler | None:
+    """The Kubernetes adapter behind the operator's scheduler (alone, or one of several); None if none."""
+    if isinstance(adapter, scheduler.KubeScheduler):
+        return adapter
+    if isinstance(adapter, composite.CompositeScheduler):
+        return next((c for c in adapter.children if isinstance(c, scheduler.KubeScheduler)), None)
+    return None
+
+
+async def open_scheduler(kubeconfig: str | None = None, namespaces: tuple[str, ...] = ()) -> scheduler.KubeScheduler:
+    """The adapter with its watches started (``namespaces``: only those; empty: every namespace)."""
+    api = await client.load_api_client(kubeconfig)
+    adapter = scheduler.KubeScheduler(api, namespaces=namespaces)
+    adapter.start()
+    return adapter
+
+
+async def sweep_forever(adapter: scheduler.KubeScheduler, stop: asyncio.Event,
+                        interval_s: float = SWEEP_INTERVAL_S) -> None:
+    """Lift our exclusions by their rule (``KubeScheduler.sweep_exclusions``) until ``stop``."""
+    while not stop.is_set():
+        try:
+            lifted = await adapter.sweep_exclusions()
+            if lifted:
+                logger.info("exclusions lifted (TTL passed, node Ready): %s", ", ".join(lifted))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a failed sweep is retried next round; it never stops the operator
+            logger.exception("exclusion sweep failed")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+
+
+def owner_of(adapter: scheduler.KubeScheduler, workload: str) -> dict[str, str] | None:
+    """The owner reference fields of ``workload`` (None until the watch has seen its uid)."""
+    ref = workload_ref(adapter, workload)
+    if ref is None or not ref.uid:
+        return None
+    return {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid}
+
+
+def workload_ref(adapter: scheduler.KubeScheduler, workload: str) -> events.ObjectRef | None:
+    """The JobSet/PyTorchJob an Event about ``workload`` is posted on (None: not a Kubernetes one)."""
+    try:
+        namespace, kind_name, name = common.split_id(workload)
+    except ValueError:
+        return None
+    kind = adapter.kind(kind_name)
+    if kind is None:
+        return None
+    return events.ObjectRef(kind.api_version, kind.kind, name, namespace, adapter.uid_of(workload))
