@@ -37,8 +37,16 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.support import services  # noqa: E402
-from tests.support.kube import SCRIPT, LocalKube, kube_dir  # noqa: E402
-from tests.support.kube_cluster import JOBSET_NAME_LABEL, JOBSET_RESTART_LABEL, NODES, SimCluster, port_base  # noqa: E402
+from tests.support.kube import SCRIPT, LocalKube  # noqa: E402
+from tests.support.kube_cluster import (  # noqa: E402
+    JOBSET_NAME_LABEL,
+    JOBSET_RESTART_LABEL,
+    NODES,
+    SimCluster,
+    port_base,
+    sim_dir,
+    sim_env,
+)
 from trainguard.k8s import operator  # noqa: E402
 from trainguard.k8s.kubejobs import common, nodes  # noqa: E402
 from trainguard.model import vocab  # noqa: E402
@@ -145,9 +153,9 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 async def main_async(repeat: int) -> int:
-    directory = kube_dir()
-    services.run_script([str(SCRIPT), "build", "--cluster"], os.environ, timeout=3600)
-    with services.shared_service(SCRIPT, directory, os.environ, up_args=("--cluster",), status_args=("--cluster",)):
+    directory, env = sim_dir(), sim_env()  # the simulated cluster's own API, as the tests run it
+    services.run_script([str(SCRIPT), "build", "--cluster"], env, timeout=3600)
+    with services.shared_service(SCRIPT, directory, env, up_args=("--cluster",), status_args=("--cluster",)):
         sim = SimCluster(kube=LocalKube.load(directory), port_base=port_base(),
                          pod_log_dir=directory / "cluster" / "pod-logs")
         os.environ["KUBECONFIG"] = str(sim.kubeconfig)

@@ -103,6 +103,11 @@ on_exit() {
   cleanup_service hack/local-mysql.sh "${TG_MYSQL_DIR:-$TG_REPO_ROOT/.local/mysql}"
   if [ -x hack/local-kube.sh ]; then
     cleanup_service hack/local-kube.sh "${TG_KUBE_DIR:-$TG_REPO_ROOT/.local/kube}"
+    # the simulated cluster's own API (tests/support/kube_cluster.py: own state directory and ports)
+    TG_KUBE_DIR=${TG_SIM_KUBE_DIR:-$TG_REPO_ROOT/.local/kube-sim} \
+      TG_KUBE_API_PORT=$(( ${TG_SIM_PORT_BASE:-20250} + 30 )) TG_ETCD_PORT=$(( ${TG_SIM_PORT_BASE:-20250} + 31 )) \
+      TG_ETCD_PEER_PORT=$(( ${TG_SIM_PORT_BASE:-20250} + 32 )) \
+      cleanup_service hack/local-kube.sh "${TG_SIM_KUBE_DIR:-$TG_REPO_ROOT/.local/kube-sim}"
   fi
 }
 trap on_exit EXIT

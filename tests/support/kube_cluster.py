@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from . import services
-from .kube import BUILD_TIMEOUT_S, SCRIPT, LocalKube, kube_dir, unique_name
+from .kube import BUILD_TIMEOUT_S, REPO_ROOT, SCRIPT, LocalKube, unique_name
 
 T = TypeVar("T")
 
@@ -385,6 +385,29 @@ def port_base() -> int:
     return int(os.environ.get("TG_SIM_PORT_BASE", "20250"))
 
 
+API_PORT_OFFSET = 30
+"""The simulated cluster's own kube-apiserver listens on TG_SIM_PORT_BASE + 30, its etcd on + 31 and
++ 32 (the components of ``up --cluster`` use + 0 .. + 25)."""
+
+
+def sim_dir() -> Path:
+    """State directory of the simulated cluster's own API (TG_SIM_KUBE_DIR, default .local/kube-sim)."""
+    return Path(os.environ.get("TG_SIM_KUBE_DIR", REPO_ROOT / ".local" / "kube-sim"))
+
+
+def sim_env() -> dict[str, str]:
+    """The environment of ``hack/local-kube.sh`` for the simulated cluster.
+
+    It runs on its own etcd + kube-apiserver (own state directory and ports), beside the plain API
+    the other kube tests use. On one shared API its controllers would act on the objects those
+    tests write by hand (the JobSet controller makes its own pods, the node lifecycle controller
+    evicts pods from nodes without a kubelet), so whichever tier ran second would have to skip.
+    """
+    base = port_base()
+    return {**os.environ, "TG_KUBE_DIR": str(sim_dir()), "TG_KUBE_API_PORT": str(base + API_PORT_OFFSET),
+            "TG_ETCD_PORT": str(base + API_PORT_OFFSET + 1), "TG_ETCD_PEER_PORT": str(base + API_PORT_OFFSET + 2)}
+
+
 @pytest.fixture(scope="session")
 def sim_cluster() -> Iterator[SimCluster]:
     """The simulated cluster for the session: reused when up on our ports, else started
@@ -392,12 +415,12 @@ def sim_cluster() -> Iterator[SimCluster]:
     for variable in ("TG_SKIP_KUBE", "TG_SKIP_SIM_CLUSTER"):
         if os.environ.get(variable) == "1":
             pytest.skip(f"{variable}=1")
-    directory = kube_dir()
+    directory, env = sim_dir(), sim_env()
     try:
         # The long compile first, outside the shared lock; a no-op when cached.
-        services.run_script([str(SCRIPT), "build", "--cluster"], os.environ, timeout=BUILD_TIMEOUT_S)
+        services.run_script([str(SCRIPT), "build", "--cluster"], env, timeout=BUILD_TIMEOUT_S)
         with services.shared_service(
-            SCRIPT, directory, os.environ, up_args=("--cluster",), status_args=("--cluster",)
+            SCRIPT, directory, env, up_args=("--cluster",), status_args=("--cluster",)
         ):
             yield SimCluster(
                 kube=LocalKube.load(directory), port_base=port_base(), pod_log_dir=directory / "cluster" / "pod-logs"

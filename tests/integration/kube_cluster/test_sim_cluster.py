@@ -22,6 +22,7 @@ from tests.support.kube_cluster import (
     PYTORCHJOB_NAME_LABEL,
     PYTORCHJOB_ROLE_LABEL,
     SimCluster,
+    sim_env,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.kube_cluster]
@@ -184,7 +185,7 @@ def test_a_node_goes_not_ready_evicts_its_pods_and_comes_back(sim_cluster: SimCl
 def test_status_reports_every_component_and_the_operator_cert_dir_is_private(sim_cluster: SimCluster) -> None:
     done = subprocess.run(
         [str(SCRIPT), "status", "--cluster"], capture_output=True, text=True, timeout=60, check=False,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, env=sim_env(),
     )
     assert done.returncode == 0, done.stdout + done.stderr
     for component in ("kube-controller-manager", "kube-scheduler", "kwok", "jobset", "training-operator"):
