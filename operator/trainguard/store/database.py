@@ -124,7 +124,28 @@ def make_engine(url: sa.URL, *, readonly: bool = False) -> AsyncEngine:
     return engine
 
 
+MIGRATION_LOCK_KEY = 0x7472_6770_6D69_6772
+"""PostgreSQL advisory lock id held while migrating (the ASCII of "trgpmigr"); MySQL uses the named
+lock ``trainguard_migrations``. Several replicas starting at once then migrate one after the other:
+the first applies the migrations, the rest find the schema at head and do nothing."""
+MIGRATION_LOCK_TIMEOUT_S = 600
+
+
+def _lock_migrations(connection: Connection) -> None:
+    """Hold the database's migration lock for the rest of this connection's transaction (PostgreSQL)
+    or session (MySQL). SQLite needs none: one file, one writer (several replicas need a server)."""
+    backend = connection.dialect.name
+    if backend == "postgresql":
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+    elif backend in ("mysql", "mariadb"):
+        got = connection.execute(sa.text("SELECT GET_LOCK('trainguard_migrations', :timeout)"),
+                                 {"timeout": MIGRATION_LOCK_TIMEOUT_S}).scalar()
+        if got != 1:
+            raise StoreError(f"another process held the migration lock for {MIGRATION_LOCK_TIMEOUT_S} s")
+
+
 def _upgrade_head(connection: Connection) -> None:
+    _lock_migrations(connection)
     cfg = alembic_config.Config()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
     cfg.attributes["connection"] = connection
