@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from tests.support import postgres
 from trainguard.store import database
 
-pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 PROCESSES = 4
 ROUNDS = 3
@@ -46,6 +46,7 @@ async def _revision(url: str) -> str | None:
         await engine.dispose()
 
 
+@pytest.mark.postgres
 def test_concurrent_upgrades_of_a_new_database_all_succeed(postgres_server: postgres.PostgresServer) -> None:
     for _ in range(ROUNDS):
         with postgres.scratch_database(postgres_server.admin_url, "tg_migrate") as url:
@@ -54,3 +55,24 @@ def test_concurrent_upgrades_of_a_new_database_all_succeed(postgres_server: post
                 assert result.returncode == 0, result.stderr
                 assert "at revision" in result.stdout
             assert asyncio.run(_revision(url)) == database.head_revision()
+
+
+async def _create_database(server_url: str, name: str) -> None:
+    engine = create_async_engine(server_url)
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(sa.text(f"CREATE DATABASE `{name}`"))
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.mariadb
+def test_concurrent_upgrades_on_mariadb_all_succeed(mariadb_url: str) -> None:
+    """MySQL/MariaDB: the named lock GET_LOCK('trainguard_migrations') serialises the migrations."""
+    for round_ in range(ROUNDS):
+        name = f"tg_migrate_{os.getpid()}_{round_}"
+        asyncio.run(_create_database(mariadb_url, name))
+        url = f"{mariadb_url}{name}"
+        for result in _upgrade_processes(url):
+            assert result.returncode == 0, result.stderr
+        assert asyncio.run(_revision(url)) == database.head_revision()
