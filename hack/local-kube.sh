@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# hack/local-kube.sh: a real Kubernetes API (etcd + kube-apiserver, no kubelet, no
-# controllers) on loopback, for developing and testing the kopf operator shell (k8s/)
+# hack/local-kube.sh: a real Kubernetes API (etcd + kube-apiserver; no kubelet and no
+# controllers unless `--cluster`) on loopback, for developing and testing the kopf operator shell (k8s/)
 # against the real API machinery: CRD validation, printer columns, RBAC, ServiceAccount
 # tokens, watches. The binaries are compiled from the Go module proxy with the local Go
 # toolchain (no container, no download of release binaries), into a cache outside the
@@ -10,8 +10,13 @@
 #                                        into $TG_KUBE_DIR/bin
 #   hack/local-kube.sh up               build if needed, start etcd + kube-apiserver, wait for
 #                                        /readyz, write $TG_KUBE_DIR/kubeconfig; idempotent
-#   hack/local-kube.sh status           print state; exit 0 only when the API answers
-#   hack/local-kube.sh down [--wipe]    stop both (no process left); --wipe also deletes the
+#   hack/local-kube.sh up --cluster     also the simulated cluster (hack/lib/sim-cluster.sh):
+#                                        controller-manager, scheduler, kwok with fake GPU nodes
+#                                        kwok-node-1..4, JobSet and training-operator controllers
+#   hack/local-kube.sh build --cluster  build (or reuse) the simulated cluster's binaries too
+#   hack/local-kube.sh status [--cluster]  print state; exit 0 only when the API answers (and,
+#                                        with --cluster, every simulated-cluster component)
+#   hack/local-kube.sh down [--wipe]    stop everything (no process left); --wipe also deletes the
 #                                        etcd data, the keys and the logs
 #   hack/local-kube.sh pin VERSION      maintainers: regenerate tools/kube/go.mod + go.sum for
 #                                        another Kubernetes version (e.g. v1.36.3)
@@ -23,6 +28,7 @@
 #   TG_ETCD_PEER_PORT  12380                etcd peer port on 127.0.0.1
 #   TG_KUBE_TIMEOUT    180                  seconds to wait for /readyz
 #   TG_KUBE_CACHE      ${XDG_CACHE_HOME:-$HOME/.cache}/trainguard/kube   compiled binaries
+#   TG_SIM_PORT_BASE   20250                first port of the simulated cluster (see hack/lib/sim-cluster.sh)
 #
 # The version is pinned ONCE, by the k8s.io/kubernetes requirement in tools/kube/go.mod.
 # After `up`:  export KUBECONFIG=$TG_KUBE_DIR/kubeconfig; $TG_KUBE_DIR/bin/kubectl get ns
@@ -56,6 +62,7 @@ KUBECONFIG_FILE=$KUBE_DIR/kubeconfig
 ETCD_PID=$KUBE_DIR/etcd.pid
 API_PID=$KUBE_DIR/kube-apiserver.pid
 SERVER=https://127.0.0.1:$API_PORT
+CLUSTER=0
 
 # --- versions: read from the committed scratch module, the single pin -------------------
 
@@ -173,6 +180,7 @@ cmd_pin() {
   etcd=$(sed -n 's#^[[:space:]]*go.etcd.io/etcd/server/v3 \(v[^ ]*\).*#\1#p' "$gomod")
   [ -n "$etcd" ] || tg_die "cannot find the etcd server version k8s.io/apiserver@$stg requires"
   nice -n 10 go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$k8s" "k8s.io/kubernetes/cmd/kubectl@$k8s" \
+    "k8s.io/kubernetes/cmd/kube-controller-manager@$k8s" "k8s.io/kubernetes/cmd/kube-scheduler@$k8s" \
     "go.etcd.io/etcd/server/v3@$etcd" || tg_die "go get failed for Kubernetes $k8s"
   nice -n 10 go mod tidy || tg_die "go mod tidy failed for Kubernetes $k8s"
   mkdir -p "$MOD_DIR"
@@ -335,16 +343,25 @@ cmd_up() {
     # Flags after controller-runtime's envtest, with RBAC instead of AlwaysAllow, a static
     # admin token, and ServiceAccount signing keys so `kubectl create token` works.
     # ServiceAccount admission is off: no controller creates the `default` ServiceAccount.
+    # The second block is for the simulated cluster (`up --cluster`), harmless without it:
+    # Node authorization, the kubelet (kwok) reached on its InternalIP for logs, webhooks
+    # resolved to endpoints, a front-proxy CA that needs its allowed name, no loopback
+    # Endpoints for the `kubernetes` Service, and evictions 10 s after a node goes NotReady
+    # instead of 300 s.
     start kube-apiserver "$API_PID" "$LOGS/kube-apiserver.log" "$BIN/kube-apiserver" \
       --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
       --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
       --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
       --client-ca-file "$PKI/ca.crt" --token-auth-file "$PKI/tokens.csv" \
-      --authorization-mode RBAC --anonymous-auth=false \
+      --authorization-mode Node,RBAC --anonymous-auth=false \
       --service-account-issuer "$SERVER" --service-account-key-file "$PKI/sa.pub" \
       --service-account-signing-key-file "$PKI/sa.key" \
       --service-cluster-ip-range 10.0.0.0/24 --allow-privileged=true \
-      --disable-admission-plugins ServiceAccount --profiling=false
+      --disable-admission-plugins ServiceAccount --profiling=false \
+      --kubelet-preferred-address-types InternalIP --enable-aggregator-routing=true \
+      --requestheader-client-ca-file "$PKI/ca.crt" --requestheader-allowed-names front-proxy-client \
+      --endpoint-reconciler-type none \
+      --default-not-ready-toleration-seconds 10 --default-unreachable-toleration-seconds 10
   fi
   wait_for kube-apiserver "$API_PID" "$LOGS/kube-apiserver.log" api_ready
   write_kubeconfig
@@ -363,6 +380,7 @@ cmd_down() {
   exec 9>"$KUBE_DIR/.lock"
   flock -w 600 9 || tg_die "another local-kube.sh holds $KUBE_DIR/.lock"
   local f name
+  sim_down
   for f in "$API_PID:kube-apiserver" "$ETCD_PID:etcd"; do
     name=${f##*:}
     f=${f%:*}
@@ -375,7 +393,7 @@ cmd_down() {
   done
   rm -f "$KUBECONFIG_FILE" "$KUBE_DIR/.started-by-pytest"   # marker: tests/support/services.py
   if [ $wipe = 1 ]; then
-    rm -rf "$KUBE_DIR/etcd" "$PKI" "$LOGS"
+    rm -rf "$KUBE_DIR/etcd" "$PKI" "$LOGS" "$SIM_DIR"
     tg_log "wiped etcd data, keys and logs in $KUBE_DIR"
   fi
   tg_log "stopped"
@@ -400,14 +418,29 @@ cmd_status() {
     echo "api:             $SERVER not answering"
     rc=1
   fi
+  if [ "$CLUSTER" = 1 ]; then
+    sim_status || rc=1
+  elif [ -d "$SIM_DIR" ]; then
+    sim_status || true
+  fi
   return $rc
 }
 
+# shellcheck source=hack/lib/sim-cluster.sh
+source "$TG_REPO_ROOT/hack/lib/sim-cluster.sh"
+cluster_flag() {   # cluster_flag [--cluster]: set CLUSTER, refuse anything else
+  case "${1:-}" in
+    "") ;;
+    --cluster) CLUSTER=1 ;;
+    *) tg_die "unknown option '$1' (only --cluster)" ;;
+  esac
+}
+
 case "${1:-}" in
-  build) cmd_build ;;
-  up) cmd_up ;;
+  build) cluster_flag "${2:-}"; cmd_build; if [ $CLUSTER = 1 ]; then sim_build; fi ;;
+  up) cluster_flag "${2:-}"; cmd_up; if [ $CLUSTER = 1 ]; then sim_up; fi ;;
   down) shift; cmd_down "$@" ;;
-  status) cmd_status ;;
+  status) cluster_flag "${2:-}"; cmd_status ;;
   pin) shift; cmd_pin "$@" ;;
   -h | --help | help) usage ;;
   "") usage >&2; exit 2 ;;

@@ -14,7 +14,7 @@
 # Environment: TG_SLURM_ROOT=DIR runs the Slurm tiers against the Slurm of a root made by
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
 # TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_HELM=1 skip those
-# tiers; TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
+# tiers (TG_SKIP_SIM_CLUSTER=1 only the simulated-cluster tests); TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it).
 set -euo pipefail
 TG_SCRIPT_NAME="test"
@@ -24,6 +24,18 @@ cd "$TG_REPO_ROOT"
 
 VENV=$TG_REPO_ROOT/.venv
 PY=$VENV/bin/python
+
+# ------------------------------------------------------------------ simulated cluster build
+# The simulated cluster's Go builds (hack/local-kube.sh build --cluster: about 10 minutes cold on
+# 2 cores, a no-op when cached) run in the background while the virtualenv installs and the
+# gates run; the build block further down waits for them and shows the log if they failed.
+SIM_BUILD_PID=
+SIM_BUILD_LOG=$TG_REPO_ROOT/.local/sim-cluster-build.log
+if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ "${TG_SKIP_SIM_CLUSTER:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
+  mkdir -p "$TG_REPO_ROOT/.local"
+  hack/local-kube.sh build --cluster </dev/null >"$SIM_BUILD_LOG" 2>&1 &
+  SIM_BUILD_PID=$!
+fi
 
 # ------------------------------------------------------------------ virtualenv
 tg_ensure_venv "$VENV"
@@ -96,6 +108,16 @@ fi
 if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
   tg_log "hack/local-kube.sh build (cached after the first time)"
   hack/local-kube.sh build || tg_die "building the local Kubernetes API failed (TG_SKIP_KUBE=1 skips those tests)"
+fi
+
+# The simulated cluster (hack/local-kube.sh up --cluster: controller-manager, scheduler, kwok,
+# JobSet and training-operator) for the tests marked kube_cluster: its build started in the
+# background at the top; cached like the API (see docs/sim-cluster.md).
+if [ -n "$SIM_BUILD_PID" ]; then
+  tg_log "waiting for hack/local-kube.sh build --cluster (started in the background; log $SIM_BUILD_LOG)"
+  wait "$SIM_BUILD_PID" ||
+    tg_die "building the simulated cluster failed (TG_SKIP_SIM_CLUSTER=1 skips those tests)" "$SIM_BUILD_LOG"
+  tail -n 6 "$SIM_BUILD_LOG" >&2
 fi
 
 # VictoriaLogs (the log store the log-source tests read job output from): compiled once from the

@@ -13,13 +13,15 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.mariadb",
+pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.kube_cluster",
+                  "tests.support.mariadb",
                   "tests.support.victorialogs",
                   "tests.support.browser", "tests.support.prometheus", "tests.support.helm"]
 
 SKIP_SWITCHES = {
     "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mariadb": "TG_SKIP_MARIADB",
     "victorialogs": "TG_SKIP_VLOGS", "prometheus": "TG_SKIP_PROMETHEUS", "helm": "TG_SKIP_HELM",
+    "kube_cluster": "TG_SKIP_SIM_CLUSTER",
 }
 """Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""
 

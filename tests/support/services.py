@@ -108,6 +108,7 @@ def shared_service(
     state_dir: Path,
     env: Mapping[str, str],
     up_args: tuple[str, ...] = (),
+    status_args: tuple[str, ...] = (),
 ) -> Iterator[bool]:
     """Hold the service behind ``script`` (up/status/down) for the duration of the block.
 
@@ -120,7 +121,7 @@ def shared_service(
     lease = leases / str(os.getpid())
     started = False
     with _locked(lock):
-        if not script_succeeds([str(script), "status"], env):
+        if not script_succeeds([str(script), "status", *status_args], env):
             run_script([str(script), "up", *up_args], env)
             marker.touch()
             started = True
