@@ -144,12 +144,22 @@ def _lock_migrations(connection: Connection) -> None:
             raise StoreError(f"another process held the migration lock for {MIGRATION_LOCK_TIMEOUT_S} s")
 
 
+def _unlock_migrations(connection: Connection) -> None:
+    """MySQL's named lock belongs to the session, which outlives the transaction in the pool: release it,
+    or every later open of the same database (another engine, another process) waits for it."""
+    if connection.dialect.name in ("mysql", "mariadb"):
+        connection.execute(sa.text("SELECT RELEASE_LOCK('trainguard_migrations')"))
+
+
 def _upgrade_head(connection: Connection) -> None:
     _lock_migrations(connection)
-    cfg = alembic_config.Config()
-    cfg.set_main_option("script_location", str(_MIGRATIONS))
-    cfg.attributes["connection"] = connection
-    command.upgrade(cfg, "head")
+    try:
+        cfg = alembic_config.Config()
+        cfg.set_main_option("script_location", str(_MIGRATIONS))
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, "head")
+    finally:
+        _unlock_migrations(connection)
 
 
 def head_revision() -> str | None:

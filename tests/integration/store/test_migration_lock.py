@@ -76,3 +76,21 @@ def test_concurrent_upgrades_on_mariadb_all_succeed(mariadb_url: str) -> None:
         for result in _upgrade_processes(url):
             assert result.returncode == 0, result.stderr
         assert asyncio.run(_revision(url)) == database.head_revision()
+
+
+async def _open_twice(url: str) -> None:
+    first = await database.open_store(url)
+    try:
+        # a second writer while the first is open (e.g. an old and a new operator): the first
+        # must not keep holding the migration lock after its migration
+        second = await asyncio.wait_for(database.open_store(url), 60)
+        await second.close()
+    finally:
+        await first.close()
+
+
+@pytest.mark.mariadb
+def test_migration_lock_is_released_after_the_migration_on_mariadb(mariadb_url: str) -> None:
+    name = f"tg_migrate_{os.getpid()}_twice"
+    asyncio.run(_create_database(mariadb_url, name))
+    asyncio.run(_open_twice(f"{mariadb_url}{name}"))
