@@ -13,7 +13,7 @@
 #
 # Environment: TG_SLURM_ROOT=DIR runs the Slurm tiers against the Slurm of a root made by
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
-# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_MYSQL=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_IMAGE=1 skip those
+# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_MYSQL=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_IMAGE=1 / TG_SKIP_HELM=1 skip those
 # tiers (TG_SKIP_SIM_CLUSTER=1 only the simulated-cluster tests); TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it).
 set -euo pipefail
@@ -161,6 +161,13 @@ if [ -n "$IMAGE_BUILD_PID" ]; then
   tg_log "waiting for hack/build-image.sh build (started in the background; log $IMAGE_BUILD_LOG)"
   wait "$IMAGE_BUILD_PID" ||
     tg_die "building the container image failed (TG_SKIP_IMAGE=1 skips those tests)" "$IMAGE_BUILD_LOG"
+fi
+
+# Helm and the helm-unittest plugin for the chart tests (charts/trainguard, marker helm): compiled
+# once from the Go module registry into ~/.cache/trainguard/helm, linked at .local/bin/helm.
+if [ "${TG_SKIP_HELM:-0}" != 1 ]; then
+  tg_log "hack/local-helm.sh unittest (cached after the first time)"
+  hack/local-helm.sh unittest || tg_die "building helm / helm-unittest failed (TG_SKIP_HELM=1 skips those tests)"
 fi
 
 # ------------------------------------------------------------------ tests

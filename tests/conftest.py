@@ -16,12 +16,12 @@ import pytest
 pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.kube_cluster",
                   "tests.support.mysql",
                   "tests.support.victorialogs",
-                  "tests.support.browser", "tests.support.prometheus"]
+                  "tests.support.browser", "tests.support.prometheus", "tests.support.helm"]
 
 SKIP_SWITCHES = {
     "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mysql": "TG_SKIP_MYSQL",
     "mariadb": "TG_SKIP_MYSQL",
-    "victorialogs": "TG_SKIP_VLOGS", "prometheus": "TG_SKIP_PROMETHEUS",
+    "victorialogs": "TG_SKIP_VLOGS", "prometheus": "TG_SKIP_PROMETHEUS", "helm": "TG_SKIP_HELM",
     "kube_cluster": "TG_SKIP_SIM_CLUSTER",
 }
 """Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""

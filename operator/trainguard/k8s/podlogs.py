@@ -46,12 +46,14 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import kubernetes_asyncio.client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from trainguard.k8s import pods
+from trainguard.k8s.kubejobs import jobset as jobset_kind
+from trainguard.k8s.kubejobs import pytorchjob as pytorchjob_kind
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
 from trainguard.signals import fileio, sources
@@ -59,6 +61,9 @@ from trainguard.signals.storebook import Out, StoreBook, Stream
 from trainguard.signals.tailer import MARKER
 
 logger = logging.getLogger(__name__)
+
+KINDS: Final = (jobset_kind.KIND, pytorchjob_kind.KIND)
+"""The workload kinds whose spec ``layout`` reads (the RBAC scan in tests/unit/k8s/test_rbac.py reads it too)."""
 
 KIND = "kubernetes"
 """``LogBook.kind`` of this source (not ``files``: it places attempt starts itself)."""
@@ -151,11 +156,10 @@ class PodLogSource:
 
     async def layout(self, target: pods.Target) -> pods.Layout | None:
         """The workload's rank layout from its spec; None when it cannot be read (ranks from labels only)."""
-        group, version, plural = ("jobset.x-k8s.io", "v1alpha2", "jobsets") if target.kind == pods.JOBSET \
-            else ("kubeflow.org", "v1", "pytorchjobs")
+        kind = jobset_kind.KIND if target.kind == pods.JOBSET else pytorchjob_kind.KIND
         try:
-            body = await self.custom.get_namespaced_custom_object(group, version, target.namespace, plural,
-                                                                  target.name)
+            body = await self.custom.get_namespaced_custom_object(kind.group, kind.version, target.namespace,
+                                                                  kind.plural, target.name)
         except (TimeoutError, ApiException, OSError) as exc:
             logger.info("pod logs: %s unreadable (%s): ranks from pod labels only", target.path, exc)
             return None

@@ -151,11 +151,27 @@ def make_engine(url: sa.URL, *, readonly: bool = False) -> AsyncEngine:
     return engine
 
 
+MIGRATION_LOCK_KEY = 0x7472_6770_6D69_6772
+"""PostgreSQL advisory lock id held while migrating (the ASCII of "trgpmigr"); MySQL uses a named
+lock per database (``_upgrade_head``). Several replicas starting at once then migrate one after the other:
+the first applies the migrations, the rest find the schema at head and do nothing."""
+
+
+def _lock_migrations(connection: Connection) -> None:
+    """PostgreSQL: hold the migration lock for the rest of this connection's transaction. SQLite needs
+    none (one file, one writer; several replicas need a server); MySQL takes its named lock in
+    ``_upgrade_head``, released there, since it belongs to the session, which outlives the
+    transaction in the pool."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+
+
 def _upgrade_head(connection: Connection) -> None:
     cfg = alembic_config.Config()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
     cfg.attributes["connection"] = connection
     if connection.dialect.name not in _MYSQL:
+        _lock_migrations(connection)  # PostgreSQL: an advisory lock until the transaction ends
         command.upgrade(cfg, "head")
         return
     # MySQL commits each DDL statement on its own, so two replicas migrating one fresh database at

@@ -2,7 +2,8 @@
 
 No kubelet is needed: a Node object and a slurmd Pod object (as slurm-operator would create them,
 scheduled onto that Node) are created as admin in the namespace ``slurm`` that
-``manifests/slinky/rolebinding.yaml`` grants pod read access in. Then, as the ServiceAccount:
+``manifests/slinky/rolebinding.yaml`` grants pod list access in (``manifests/slinky/rbac.yaml``: node
+get/patch). Then, as the ServiceAccount:
 the map finds the Kubernetes node behind the Slurm node, the cordon writes Slinky's reason
 annotation and ``unschedulable`` together, a second cordon is a no-op, a node cordoned by someone
 else is left alone, and uncordon removes only our cordon.
@@ -37,7 +38,8 @@ def sa_kubeconfig(kube_api: kube.LocalKube, tmp_path_factory: pytest.TempPathFac
         op.ok(kube_api.kubectl("create", "namespace", SLINKY_NS))
     if kube_api.kubectl("get", "serviceaccount", "default", "-n", SLINKY_NS).returncode != 0:
         op.ok(kube_api.kubectl("create", "serviceaccount", "default", "-n", SLINKY_NS))
-    op.ok(kube_api.kubectl("apply", "-f", str(REPO_ROOT / "manifests" / "slinky" / "rolebinding.yaml")))
+    slinky_dir = REPO_ROOT / "manifests" / "slinky"
+    op.ok(kube_api.kubectl("apply", "-f", str(slinky_dir / "rolebinding.yaml"), "-f", str(slinky_dir / "rbac.yaml")))
     path = tmp_path_factory.mktemp("slinky") / "kubeconfig"
     kube_api.service_account_kubeconfig("trainguard", "trainguard-system", path)
     return str(path)

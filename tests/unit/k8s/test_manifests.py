@@ -18,6 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from trainguard.k8s import rbac
+
 REPO = Path(__file__).resolve().parents[3]
 MANIFESTS = REPO / "manifests"
 KUBE_VERSION = "1.36.0"
@@ -126,21 +128,10 @@ def test_rbac_has_no_wildcards(base: list[dict[str, Any]]) -> None:
 
 
 def test_operator_role_is_exactly_what_the_operator_uses(base: list[dict[str, Any]]) -> None:
+    # the permission table of the features this install runs with (--all-namespaces, standalone)
     granted = rules(base, "trainguard-operator")
-    read = ("get", "list", "watch")
-    expected = {
-        *(("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in read),
-        *(("", "namespaces", verb) for verb in ("list", "watch")),
-        *(("trainguard.dev", "recoverypolicies", verb) for verb in (*read, "patch")),
-        *(("trainguard.dev", "workloadrecoveries", verb) for verb in (*read, "patch", "create", "delete")),
-        ("trainguard.dev", "recoverypolicies/status", "patch"),
-        ("trainguard.dev", "workloadrecoveries/status", "patch"),
-        *((group, "events", verb) for group in ("", "events.k8s.io") for verb in ("create", "patch")),
-        *(("slinky.slurm.net", "nodesets", verb) for verb in read),
-        *(("", "nodes", verb) for verb in (*read, "patch")),
-        ("authentication.k8s.io", "tokenreviews", "create"),
-        ("authorization.k8s.io", "subjectaccessreviews", "create"),
-    }
+    expected = {(group, resource, verb) for scope, group, resource, verb in rbac.granted(["core", "allNamespaces"])
+                if scope in ("cluster", "served")}
     assert granted == expected
     # never: secrets, pod exec/delete, deleting nodes, changing policies
     assert not {resource for _group, resource, _verb in granted} & {"secrets", "pods", "pods/exec", "configmaps"}
@@ -156,7 +147,8 @@ def test_roles_are_bound_to_our_service_account_only(base: list[dict[str, Any]])
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
     pods_bindings = [obj for obj in slinky if obj.get("roleRef", {}).get("name") == "trainguard-slinky-pods"]
     assert [binding["kind"] for binding in pods_bindings] == ["RoleBinding"], "pod access must stay per namespace"
-    assert rules(slinky, "trainguard-slinky-pods") == {("", "pods", verb) for verb in ("get", "list", "watch")}
+    assert rules(slinky, "trainguard-slinky-pods") == {("", "pods", "list")}
+    assert rules(slinky, "trainguard-slinky-nodes") == {("", "nodes", "get"), ("", "nodes", "patch")}
     assert not [obj for obj in base if obj.get("roleRef", {}).get("name") == "trainguard-slinky-pods"]
 
 
@@ -166,8 +158,10 @@ def test_kubernetes_workload_role_is_exactly_what_the_adapter_uses() -> None:
     assert rules(objects, "trainguard-kubernetes-workloads") == {
         *(("jobset.x-k8s.io", "jobsets", verb) for verb in (*read, "patch")),
         *(("kubeflow.org", "pytorchjobs", verb) for verb in (*read, "patch")),
-        *(("", "pods", verb) for verb in read),
+        ("", "pods", "list"), ("", "pods", "watch"),
         ("", "pods/log", "get"),
+        # Node conditions as evidence, cordon + our taint (the base install grants no Node access)
+        *(("", "nodes", verb) for verb in (*read, "patch")),
     }
     (binding,) = [obj for obj in by_kind(objects, "ClusterRoleBinding")
                   if obj["roleRef"]["name"] == "trainguard-kubernetes-workloads"]
