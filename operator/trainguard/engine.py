@@ -664,6 +664,7 @@ class Engine:
             if rt.detector is not None:
                 await self._drain(rt)
                 rt.book.set_basis("observed")  # we read up to the attempt's start ourselves
+                await self._conclude_replaced(rt, job)
             elif rt.spec is not None:
                 await self._place_at_attempt_start(rt, job)
             self._new_detector(rt, job)
@@ -763,6 +764,17 @@ class Engine:
                 logger.warning("%s: its output can be read again", rt.workload)
                 del self.unreadable[rt.workload]
         self.metrics.unreadable.set(len(self.unreadable))
+
+    async def _conclude_replaced(self, rt: WorkloadRuntime, job: workloads.JobSnapshot) -> None:
+        """The attempt was replaced while its crash window was still settling: judge that evidence now,
+        on the old attempt. A workload's own restart policy can start the next attempt within a
+        second of the failure (a PyTorchJob's re-created pod), before the window settles; dropping
+        the old detector then would lose the anomaly and leave the failed node in place."""
+        assert rt.detector is not None
+        if not rt.detector.settling:
+            return
+        for anomaly in rt.detector.on_exit(job.model_copy(update={"attempt": rt.detector_attempt})):
+            await self._handle(rt, anomaly)
 
     async def _drain(self, rt: WorkloadRuntime) -> None:
         await self._feed_batch(rt, await self._read(rt))

@@ -4,9 +4,9 @@
 Action: its node is cordoned and tainted by us, every pod ends up running away from it, and the job
 succeeds once its pods complete. Monitor: the advice is recorded and nothing is changed.
 
-Known gap (docs/kubernetes-workloads.md): the training-operator re-creates the killed Worker under the
-same name, which the adapter does not count as an attempt, so the executor also restarts the job
-itself (suspend, exclude, resume). The test checks the outcome, not that there was one restart only."""
+The training-operator re-creates the killed Worker under the same name: that is the job's one
+restart. The adapter counts it as an attempt, so the executor only excludes the node and never
+suspends/resumes the job on top of it (no ``trainguard.dev/restarts``, never suspended)."""
 
 from __future__ import annotations
 
@@ -81,6 +81,10 @@ async def test_a_pytorchjob_worker_with_an_xid_is_recovered_away_from_its_node(
             assert not (job["spec"].get("runPolicy") or {}).get("suspend")
             return
         assert nodes.has_our_taint(node) and node["spec"]["unschedulable"] is True
+        job = sim.get("pytorchjob", "ptj", ns) or {}
+        notes = job["metadata"].get("annotations") or {}
+        assert common.RESTARTS_ANNOTATION not in notes and common.SUSPENDED_BY_ANNOTATION not in notes, trail
+        assert not (job["spec"].get("runPolicy") or {}).get("suspend"), trail
 
         def moved() -> list[dict[str, Any]] | None:
             pods = live_pods(sim, ns)

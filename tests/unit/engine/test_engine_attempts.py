@@ -207,3 +207,25 @@ async def test_a_first_run_that_printed_before_our_first_look_is_read_from_its_s
     anomalies = await h.records("41", vocab.AuditKind.ANOMALY)
     assert [(r.attempt, r.payload["category"], r.payload["suspect_nodes"]) for r in anomalies] == [
         (0, "gpu_fallen_off_bus", ["node2"])]
+
+
+async def test_an_attempt_replaced_while_its_crash_window_settles_is_judged_on_the_old_attempt(
+        make_harness: scenario.MakeHarness) -> None:
+    """The workload's own restart policy starts the next attempt within a second of the failure (a
+    PyTorchJob's re-created pod): the Xid read into the old attempt's still-open crash window is
+    judged on that attempt before the new detector takes over, not dropped with the old detector."""
+    h = await make_harness()
+    h.submit("31")
+    await h.step()
+    h.write("31", *scenario.ranked(1, scenario.XID_79))
+    await h.step()
+    rt = h.runtime("31")
+    assert rt.detector is not None and rt.detector.settling
+    assert await anomaly_attempts(h, "31") == []
+    h.change("31", attempt=1, state=workloads.JobState.RUNNING)
+    await h.step()
+    await h.settle()
+    assert rt.detector is not None and rt.detector.attempt == 1
+    assert await anomaly_attempts(h, "31") == [0]
+    [advice] = await h.advice("31")
+    assert advice["attempt"] == 0 and advice["action"] == "requeue" and advice["exclusions"]

@@ -190,3 +190,52 @@ def test_fewest_nodes_packs_the_pods_by_their_gpu_requests() -> None:
     assert common.min_nodes([pod("8")] * 4, [eight] * 4) == 4
     assert common.min_nodes([{"spec": {"containers": [{}]}}], [eight]) == 1
     assert common.min_nodes([pod("4")], [{"status": {}}]) is None
+
+
+def a_ptj_pod(name: str, uid: str, *, phase: str = "Running", exit_code: int | None = None,
+              restarts: int = 0, kind: str = "worker") -> dict[str, Any]:
+    state: dict[str, Any] = {"terminated": {"exitCode": exit_code, "reason": "Error"}} if exit_code else {
+        "running": {}}
+    return {"metadata": {"name": name, "uid": uid, "namespace": "ml",
+                         "labels": {pytorchjob.NAME_LABEL: "ptj", pytorchjob.REPLICA_TYPE_LABEL: kind,
+                                    pytorchjob.REPLICA_INDEX_LABEL: name[-1]}},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", "restartCount": restarts,
+                                                              "state": state}]}}
+
+
+def test_a_pytorchjob_pod_recreated_after_its_failure_is_a_new_attempt_and_our_own_restart_counts_once() -> None:
+    """The training-operator re-creates a failed Worker under the same name (restartPolicy ExitCode):
+    a new uid after a failed predecessor is a restart of its own, so the attempt moves past the one
+    that failed and the executor's restart step sees it already in effect (no second restart).
+    Pods our suspend/resume replaces count once, through our annotation."""
+    obj = {"metadata": {"name": "ptj", "namespace": "ml", "annotations": {"trainguard.dev/policy": "gpu"}},
+           "spec": {"pytorchReplicaSpecs": {"Master": {"restartPolicy": "ExitCode"},
+                                            "Worker": {"restartPolicy": "ExitCode"}}}}
+    book = pytorchjob.Replacements()
+    for pod in (a_ptj_pod("ptj-master-0", "m1", kind="master"), a_ptj_pod("ptj-worker-0", "w0"),
+                a_ptj_pod("ptj-worker-1", "w1")):
+        assert not book.observe(pod)
+    assert common.snapshot(pytorchjob.KIND, obj, [], [], replaced=book.count).attempt == 0
+    failed = a_ptj_pod("ptj-worker-1", "w1", phase="Failed", exit_code=137)
+    assert pytorchjob.restarts_failed_pod(obj, failed)
+    assert not pytorchjob.restarts_failed_pod(obj, a_ptj_pod("ptj-worker-1", "w1", phase="Failed", exit_code=1))
+    assert not book.observe(failed) and book.count == 0
+    assert book.observe(a_ptj_pod("ptj-worker-1", "w1b"))  # same name, new uid: the operator's restart
+    assert not book.observe(a_ptj_pod("ptj-worker-1", "w1b"))  # seen again: nothing new
+    pods = [a_ptj_pod("ptj-master-0", "m1", kind="master"), a_ptj_pod("ptj-worker-1", "w1b")]
+    assert common.snapshot(pytorchjob.KIND, obj, pods, [], replaced=book.count).attempt == 1
+    # our restart: suspend (counted by the annotation, failures forgotten), resume makes new pods
+    assert not book.observe(a_ptj_pod("ptj-worker-0", "w0", phase="Failed", exit_code=137))
+    book.forget_failures()
+    for pod in (a_ptj_pod("ptj-master-0", "m2", kind="master"), a_ptj_pod("ptj-worker-0", "w0c"),
+                a_ptj_pod("ptj-worker-1", "w1c")):
+        assert not book.observe(pod)
+    ours = {**obj, "metadata": {**obj["metadata"], "annotations": {"trainguard.dev/policy": "gpu",
+                                                                    common.RESTARTS_ANNOTATION: "1"}}}
+    assert common.snapshot(pytorchjob.KIND, ours, [], [], replaced=book.count).attempt == 2
+    # an in-place restart (OnFailure) shows in restartCount; a lastState failure is no pending restart
+    in_place = a_ptj_pod("ptj-worker-0", "w0c", restarts=1)
+    in_place["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": 1}}
+    assert not pytorchjob.restarts_failed_pod(obj, in_place)
+    assert common.snapshot(pytorchjob.KIND, ours, [in_place], [], replaced=book.count).attempt == 3

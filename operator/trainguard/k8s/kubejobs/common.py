@@ -147,6 +147,9 @@ class Kind:
     """Restarts the workload's own failure policy made (without ours)."""
     finished_state: Callable[[Mapping[str, Any]], workloads.JobState | None]
     """COMPLETED/FAILED when the workload is terminal, else None."""
+    counts_replacements: bool = False
+    """Whether pods its controller re-creates under the same name after a failure are restarts of
+    its own (PyTorchJob) that neither the status nor ``own_attempts`` counts."""
 
     @property
     def api_version(self) -> str:
@@ -197,8 +200,10 @@ def min_nodes(pods: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, An
 
 def snapshot(kind: Kind, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
              excluded: Sequence[str], last_failure: Failure | None = None, *,
-             fewest_nodes: int | None = None) -> workloads.JobSnapshot:
-    """One read of a workload: its state, attempt, pods in rank order and their nodes."""
+             fewest_nodes: int | None = None, replaced: int = 0) -> workloads.JobSnapshot:
+    """One read of a workload: its state, attempt, pods in rank order and their nodes.
+
+    ``replaced``: restarts of its own the adapter counted from its pods (``Kind.counts_replacements``)."""
     md = meta(obj)
     namespace, name = str(md.get("namespace") or ""), str(md.get("name") or "")
     wid = workload_id(namespace, kind.kind, name)
@@ -229,7 +234,7 @@ def snapshot(kind: Kind, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any
         reason=(failure.reason if failure else "") or (SUSPENDED_HOLD if suspended else ""),
         exit_code=failure.exit_code if failure else None,
         exit_signal=failure.signal if failure else None,
-        attempt=kind.own_attempts(obj, current) + our_restarts(obj),
+        attempt=kind.own_attempts(obj, current) + replaced + our_restarts(obj),
         nodes=nodes, excluded_nodes=sorted(set(excluded)),
         comment=comment_of(obj) or "",
         namespace=namespace, labels=labels(obj),

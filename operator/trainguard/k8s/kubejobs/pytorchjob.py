@@ -3,15 +3,18 @@
 - rank order: the Master (rank 0), then Workers by ``training.kubeflow.org/replica-index``
   (PyTorch's ``RANK`` is index + 1 for a Worker when there is a Master);
 - attempt: the highest container ``restartCount`` among the current pods (in-place restarts of
-  ``restartPolicy: OnFailure``) plus our restarts (``common.RESTARTS_ANNOTATION``). A pod the
-  training-operator recreates under the same name (``restartPolicy: ExitCode``, retryable code)
-  starts with a fresh count and is not seen as a new attempt (docs/kubernetes-workloads.md);
+  ``restartPolicy: OnFailure``), plus the pods the training-operator re-created under the same name
+  after they failed (``restartPolicy: ExitCode`` with a retryable code; ``Replacements``), plus our
+  restarts (``common.RESTARTS_ANNOTATION``). A replacement is a pod name seen again with a new uid
+  while its predecessor was seen failed: pods our own suspend/resume replaces were not failed
+  (or their failures were forgotten at our suspend), so they are not counted twice;
 - state: terminal from the Succeeded and Failed conditions; suspend is ``spec.runPolicy.suspend``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from trainguard.k8s.kubejobs import common
@@ -39,6 +42,61 @@ def own_attempts(obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> i
     return max(counts, default=0)
 
 
+def restarts_failed_pod(obj: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Whether the training-operator restarts this failed pod itself (its replica's ``restartPolicy``:
+    ``OnFailure``/``Always`` in place, ``ExitCode`` by re-creating it for a retryable exit code 128..255)."""
+    failure = common.pod_failure(pod)
+    status = pod.get("status") or {}
+    failed_now = status.get("phase") == "Failed" or any(
+        ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") not in (0, None)
+        for cs in status.get("containerStatuses") or [])
+    if failure is None or not failed_now:
+        return False  # a lastState failure only: restarted in place already (its restartCount shows it)
+    kind = common.labels(pod).get(REPLICA_TYPE_LABEL, "").lower()
+    specs = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    spec = next((v for k, v in specs.items() if str(k).lower() == kind), None) or {}
+    policy = str(spec.get("restartPolicy") or "Never")
+    if policy in ("OnFailure", "Always"):
+        return True
+    return policy == "ExitCode" and failure.exit_code is not None and failure.exit_code >= 128
+
+
+@dataclass
+class Replacements:
+    """Pods of one PyTorchJob the training-operator re-created after they failed: each is a restart
+    of the workload's own (``restartPolicy: ExitCode``) that the pods' ``restartCount`` does not show,
+    because the new pod under the old name starts from 0.
+
+    Fed with every version of the workload's pods the adapter sees (watch events and fresh reads).
+    Why pod uids and not a status field: the training-operator keeps no restart counter (its
+    ``replicaStatuses`` are recounted from the current pods) and a re-created pod carries no trace
+    of its predecessor. The book lives in the adapter's memory, so a restart of ours forgets the
+    replacements made before it (the attempt seen then can be lower than the one recorded;
+    docs/kubernetes-workloads.md)."""
+
+    count: int = 0
+    pods: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    """Pod name -> (uid, whether that pod was seen failed)."""
+
+    def observe(self, pod: Mapping[str, Any]) -> bool:
+        """Note one version of a pod; True when it is a re-creation of a failed predecessor."""
+        md = common.meta(pod)
+        name, uid = str(md.get("name") or ""), str(md.get("uid") or "")
+        if not name or not uid:
+            return False
+        failed = common.pod_failure(pod) is not None
+        before = self.pods.get(name)
+        replaced = before is not None and before[0] != uid and before[1]
+        if replaced:
+            self.count += 1
+        self.pods[name] = (uid, failed or (before is not None and before[0] == uid and before[1]))
+        return replaced
+
+    def forget_failures(self) -> None:
+        """Our suspend replaces every pod: those replacements are our restart (counted by our annotation)."""
+        self.pods = {name: (uid, False) for name, (uid, _) in self.pods.items()}
+
+
 def finished_state(obj: Mapping[str, Any]) -> workloads.JobState | None:
     if common.condition(obj, "Succeeded"):
         return workloads.JobState.COMPLETED
@@ -50,5 +108,5 @@ def finished_state(obj: Mapping[str, Any]) -> workloads.JobState | None:
 KIND: Final = common.Kind(
     kind="PyTorchJob", group="kubeflow.org", version="v1", plural="pytorchjobs",
     pod_selector_key=NAME_LABEL, suspend_path=("runPolicy", "suspend"),
-    rank_key=rank_key, own_attempts=own_attempts, finished_state=finished_state,
+    rank_key=rank_key, own_attempts=own_attempts, finished_state=finished_state, counts_replacements=True,
 )

@@ -100,6 +100,8 @@ class KubeScheduler:
         self._seen_nodes: dict[str, set[str]] = {}
         """Nodes any pod of the workload ran on while we watched: its allocation, past attempts included."""
         """Last failed container seen per workload: the pod may be deleted by its restart before we read it."""
+        self._replacements: dict[str, pytorchjob.Replacements] = {}
+        """Per workload of a ``counts_replacements`` kind: its pods re-created after a failure."""
         self._synced: dict[str, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.changed = asyncio.Event()
@@ -175,7 +177,8 @@ class KubeScheduler:
                         if ns == namespace and common.labels(p).get(kind.pod_selector_key) == name]
                 wid = common.workload_id(namespace, kind.kind, name)
                 fewest = common.min_nodes(pods, list(self._nodes.values()))
-                found.append(common.snapshot(kind, obj, pods, excluded, self._failures.get(wid), fewest_nodes=fewest))
+                found.append(common.snapshot(kind, obj, pods, excluded, self._failures.get(wid), fewest_nodes=fewest,
+                                             replaced=self._replaced(wid)))
         return found
 
     async def get_job(self, job_id: str) -> workloads.JobSnapshot:
@@ -186,7 +189,11 @@ class KubeScheduler:
         node_list = list((await self._json(self._core.list_node(_preload_content=False))).get("items") or [])
         excluded = [str(common.meta(n).get("name", "")) for n in node_list if nodes.has_our_taint(n)]
         return common.snapshot(kind, obj, pods, excluded, self._failures.get(job_id),
-                               fewest_nodes=common.min_nodes(pods, node_list))
+                               fewest_nodes=common.min_nodes(pods, node_list), replaced=self._replaced(job_id))
+
+    def _replaced(self, job_id: str) -> int:
+        book = self._replacements.get(job_id)
+        return book.count if book is not None else 0
 
     def _guard(self, job_id: str, obj: common.Obj) -> None:
         """Never act on a workload that did not opt in."""
@@ -207,6 +214,8 @@ class KubeScheduler:
         annotations: dict[str, Any] = {common.SUSPENDED_BY_ANNOTATION: f"{base.OUR_REASON_PREFIX} {why}"}
         if count_restart:
             annotations[common.RESTARTS_ANNOTATION] = str(common.our_restarts(obj) + 1)
+            if job_id in self._replacements:  # the pods our resume makes are our restart, counted above
+                self._replacements[job_id].forget_failures()
         if stop:
             annotations[common.STOPPED_ANNOTATION] = f"{base.OUR_REASON_PREFIX} {why}"
         body = {"metadata": {"resourceVersion": common.meta(obj).get("resourceVersion"), "annotations": annotations},
@@ -218,7 +227,11 @@ class KubeScheduler:
         when it is about to: a JobSet with restarts left whose current pods include a failed one).
         Then our restart step must not restart it a second time."""
         kind, namespace, name, obj = await self._read(job_id)
-        if kind is not jobset.KIND or kind.finished_state(obj) is not None or kind.suspended(obj):
+        if kind.finished_state(obj) is not None or kind.suspended(obj):
+            return False
+        if kind.counts_replacements:
+            return await self._own_pod_restart(job_id, kind, namespace, name, obj)
+        if kind is not jobset.KIND:
             return False
         baseline = jobset.own_attempts(obj, [])
         if jobset.max_restarts(obj) <= baseline:
@@ -232,6 +245,34 @@ class KubeScheduler:
                 logger.info("%s: restarted by its own failure policy; no restart of ours", job_id)
                 return True
             await asyncio.sleep(0.5)
+        return False
+
+    async def _own_pod_restart(self, job_id: str, kind: common.Kind, namespace: str, name: str,
+                               obj: common.Obj) -> bool:
+        """A PyTorchJob: whether the training-operator restarts its failed pod itself (the replica's
+        ``restartPolicy`` covers the failure), waiting up to ``own_restart_wait_s`` for the restart to
+        show (a re-created pod or a higher ``restartCount``). A restart it already made before this
+        step shows in the attempt, and the executor skips the step without calling it."""
+        pods = await self._list_pods(kind, namespace, name)
+        for pod in pods:
+            self._note_failure(kind, pod)
+        if not any(pytorchjob.restarts_failed_pod(obj, p) for p in pods):
+            return False  # nothing its policy restarts (a hang, a permanent exit code, restartPolicy Never)
+
+        def restarts(current: Sequence[common.Obj]) -> int:
+            live_pods = [p for p in current if not common.meta(p).get("deletionTimestamp")]
+            return self._replaced(job_id) + kind.own_attempts(obj, live_pods)
+
+        baseline = restarts(pods)
+        deadline = self._now() + self.own_restart_wait_s
+        while self._now() < deadline:
+            await asyncio.sleep(0.5)
+            pods = await self._list_pods(kind, namespace, name)
+            for pod in pods:
+                self._note_failure(kind, pod)
+            if restarts(pods) > baseline:
+                logger.info("%s: its failed pod was restarted by the training-operator; no restart of ours", job_id)
+                return True
         return False
 
     async def requeue_hold(self, job_id: str) -> None:
@@ -407,6 +448,8 @@ class KubeScheduler:
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             self._seen_nodes.setdefault(wid, set()).add(str(node))
+        if kind.counts_replacements:
+            self._replacements.setdefault(wid, pytorchjob.Replacements()).observe(pod)
         failure = common.pod_failure(pod)
         if failure is not None:
             self._failures[wid] = failure
