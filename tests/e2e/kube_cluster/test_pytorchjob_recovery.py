@@ -11,7 +11,9 @@ suspends/resumes the job on top of it (no ``trainguard.dev/restarts``, never sus
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,20 @@ def live_pods(sim: SimCluster, ns: str) -> list[dict[str, Any]] | None:
     if len(pods) == 3 and all(p.get("status", {}).get("phase") == "Running" for p in pods):
         return pods
     return None
+
+
+def lines_read(db: Path, workload: str) -> int:
+    """Lines of the workload the engine has handed to detection and saved its place after (its tail
+    positions in the audit store)."""
+    if not db.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(db, timeout=5)) as connection:
+        try:
+            row = connection.execute("SELECT max(lineno) FROM tail_positions WHERE workload = ?",
+                                     (workload,)).fetchone()
+        except sqlite3.OperationalError:  # the schema is not there yet
+            return 0
+    return int(row[0] or 0)
 
 
 @pytest.mark.parametrize("mode", ["Action", "Monitor"])
@@ -59,6 +75,12 @@ async def test_a_pytorchjob_worker_with_an_xid_is_recovered_away_from_its_node(
     wid = common.workload_id(ns, "PyTorchJob", "ptj")
     try:
         await until("the WorkloadRecovery", lambda: sim.get("workloadrecovery", "pytorchjob-ptj", ns))
+        # The Xid line is printed while we watch: the operator has read each pod's first line. The
+        # training-operator re-creates the failed Worker under its own name within a second; a line
+        # printed just before that, by a pod whose log we were not yet following, belongs to an
+        # attempt already over when we first look (as on a real node, where the old pod's log goes
+        # with it).
+        await until("the first line of each pod read", lambda: lines_read(db, wid) >= len(first))
         sim.write_pod_log(ns, victim["metadata"]["name"], [XID])
         sim.fail_pod(ns, victim["metadata"]["name"], exit_code=137, reason="Error", message="killed")
         store = await database.open_store(f"sqlite+aiosqlite:///{db}")
