@@ -12,7 +12,9 @@ A JobSet without the annotation in the same namespace is never touched.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,20 @@ async def until(what: str, probe: Any, within_s: float = WAIT_S) -> Any:
             return found
         assert loop.time() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.5)
+
+
+def lines_read(db: Path, workload: str) -> int:
+    """Lines of the workload the engine has handed to detection and saved its place after (its tail
+    positions in the audit store)."""
+    if not db.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(db, timeout=5)) as connection:
+        try:
+            row = connection.execute("SELECT max(lineno) FROM tail_positions WHERE workload = ?",
+                                     (workload,)).fetchone()
+        except sqlite3.OperationalError:  # the schema is not there yet
+            return 0
+    return int(row[0] or 0)
 
 
 def pods_of(sim: SimCluster, ns: str, name: str) -> list[dict[str, Any]]:
@@ -88,6 +104,8 @@ async def test_a_jobset_pod_with_an_xid_is_recovered_away_from_its_node(
     wid = common.workload_id(ns, "JobSet", "train")
     try:
         await until("the WorkloadRecovery of the JobSet", lambda: sim.get("workloadrecovery", "jobset-train", ns))
+        # the Xid line is printed while we watch: the operator has read each pod's first line
+        await until("the first line of each pod read", lambda: lines_read(db, wid) >= len(first))
         sim.write_pod_log(ns, victim["metadata"]["name"], [XID])
         sim.fail_pod(ns, victim["metadata"]["name"], exit_code=1, reason="Error", message="GPU fell off the bus")
 

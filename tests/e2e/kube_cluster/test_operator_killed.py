@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.kube.operator_process import OperatorProcess
-from tests.e2e.kube_cluster.test_jobset_recovery import POLICY, REPO, WAIT_S, XID, running, until
+from tests.e2e.kube_cluster.test_jobset_recovery import POLICY, REPO, WAIT_S, XID, lines_read, running, until
 from tests.support.kube_cluster import NODES, SimCluster
 from trainguard.k8s.kubejobs import common, nodes
 from trainguard.model import vocab
@@ -61,6 +61,8 @@ async def test_the_operator_killed_mid_recovery_acts_exactly_once_after_its_rest
         processes.append(killed)
         killed.start()
         await until("the WorkloadRecovery", lambda: sim.get("workloadrecovery", "jobset-train", ns))
+        # the Xid line is printed while we watch: the operator has read each pod's first line
+        await until("the first line of each pod read", lambda: lines_read(tmp_path / "audit.db", wid) >= len(first))
         sim.write_pod_log(ns, victim["metadata"]["name"], [XID])
         sim.fail_pod(ns, victim["metadata"]["name"], exit_code=1, reason="Error", message="GPU fell off the bus")
 

@@ -11,15 +11,13 @@ suspends/resumes the job on top of it (no ``trainguard.dev/restarts``, never sus
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.kube_cluster.test_jobset_recovery import POLICY, REPO, WAIT_S, XID, until
+from tests.e2e.kube_cluster.test_jobset_recovery import POLICY, REPO, WAIT_S, XID, lines_read, until
 from tests.support.kube_cluster import NODES, PYTORCHJOB_NAME_LABEL, SimCluster
 from trainguard.k8s import operator
 from trainguard.k8s.kubejobs import common, nodes
@@ -34,20 +32,6 @@ def live_pods(sim: SimCluster, ns: str) -> list[dict[str, Any]] | None:
     if len(pods) == 3 and all(p.get("status", {}).get("phase") == "Running" for p in pods):
         return pods
     return None
-
-
-def lines_read(db: Path, workload: str) -> int:
-    """Lines of the workload the engine has handed to detection and saved its place after (its tail
-    positions in the audit store)."""
-    if not db.exists():
-        return 0
-    with contextlib.closing(sqlite3.connect(db, timeout=5)) as connection:
-        try:
-            row = connection.execute("SELECT max(lineno) FROM tail_positions WHERE workload = ?",
-                                     (workload,)).fetchone()
-        except sqlite3.OperationalError:  # the schema is not there yet
-            return 0
-    return int(row[0] or 0)
 
 
 @pytest.mark.parametrize("mode", ["Action", "Monitor"])
