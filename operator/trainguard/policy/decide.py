@@ -291,7 +291,7 @@ def _budget(
     if used >= limit:
         reasons.append(f"retries exhausted ({used} of maxRetries {limit}): stop")
         return Action.STOP
-    without = history.attempts_without_checkpoint()
+    without = history.attempts_without_checkpoint(upto=attempt)
     if history.get(attempt) is None:
         without += 1
     ceiling = spec.retries.max_attempts_without_checkpoint

@@ -47,10 +47,18 @@ class WorkloadHistory(BaseModel):
     def get(self, attempt: int) -> AttemptRecord | None:
         return next((record for record in self.attempts if record.attempt == attempt), None)
 
-    def attempts_without_checkpoint(self) -> int:
-        """How many of the latest attempts in a row ended (or are running) without a new checkpoint."""
+    def attempts_without_checkpoint(self, upto: int | None = None) -> int:
+        """How many of the latest attempts in a row ended (or are running) without a new checkpoint.
+
+        ``upto``: count back from that attempt, leaving later ones out. A failure is judged on its own
+        attempt; a later one that has only just started (the workload's own restart, e.g. a JobSet's
+        failure policy, can start it before the judgement) has had no chance to checkpoint yet and
+        must not make the failure look like a second attempt without progress.
+        """
         count = 0
         for record in reversed(self.attempts):
+            if upto is not None and record.attempt > upto:
+                continue
             if record.checkpoint_saved:
                 break
             count += 1

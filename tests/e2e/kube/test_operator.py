@@ -233,7 +233,8 @@ def test_switch_to_action_takes_effect_without_restart(setup: Setup) -> None:
 def test_kubectl_get_recoveries_prints_the_printer_columns(setup: Setup) -> None:
     out = op.ok(setup.api.kubectl("get", "recoveries", "-n", setup.namespace))
     header, *rows = out.splitlines()
-    assert header.split() == ["NAME", "WORKLOAD", "PHASE", "ATTEMPT", "LAST", "ANOMALY", "VERDICT", "ADVICE", "AGE"]
+    assert header.split() == ["NAME", "WORKLOAD", "PHASE", "ATTEMPT", "LAST", "ANOMALY", "VERDICT", "ADVICE", "MODE",
+                              "LAST", "STEP", "AGE"]
     cells = {row.split()[1]: row.split() for row in rows if row.split()[1] in setup.jobs}
     assert len(cells) == 2 == len(setup.jobs), out
     assert all(cell[2] in {"Failed", "Succeeded"} for cell in cells.values()), out

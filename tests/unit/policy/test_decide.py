@@ -155,6 +155,15 @@ def test_no_checkpoint_streak_stops() -> None:
     assert any("2 attempts in a row without a new checkpoint" in reason for reason in result.reasons)
 
 
+def test_the_workloads_own_restart_before_the_judgement_is_not_a_second_attempt_without_progress() -> None:
+    """A JobSet's failure policy can start attempt 1 before attempt 0's failure is judged: attempt 0 is
+    one attempt without a checkpoint, not two (the engine judged it a stop under load)."""
+    history = ledger.record_attempt_end(ledger.WorkloadHistory(workload="w"), 0, NOW - 30)
+    history = ledger.record_attempt_start(history, 1, NOW - 28)
+    result = _decide(history=history, attempt=0, job=_job(attempt=1))
+    assert result.action == A.REQUEUE, result.reasons
+
+
 def test_current_attempt_counts_even_before_it_is_recorded() -> None:
     history = ledger.record_attempt_end(ledger.WorkloadHistory(workload="w"), 0, NOW - 900)
     assert _decide(history=history, attempt=1, job=_job(attempt=1)).action == A.STOP
