@@ -84,7 +84,8 @@ def test_json_round_trip() -> None:
 def test_a_later_attempt_just_started_does_not_count_against_the_one_judged() -> None:
     """The workload's own restart can start attempt 1 before attempt 0's failure is judged."""
     history = ledger.WorkloadHistory(workload="w")
-    history = ledger.record_attempt_end(history, 0, T0 + 20, vocab.Category.GPU_FALLEN_OFF_BUS, vocab.Attribution.HARDWARE)
+    history = ledger.record_attempt_end(
+        history, 0, T0 + 20, vocab.Category.GPU_FALLEN_OFF_BUS, vocab.Attribution.HARDWARE)
     history = ledger.record_attempt_start(history, 1, T0 + 22)
     assert history.attempts_without_checkpoint() == 2
     assert history.attempts_without_checkpoint(upto=0) == 1
