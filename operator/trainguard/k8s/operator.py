@@ -282,12 +282,11 @@ class Shell:
             if draft is not None:
                 await events.post(self.api, own, draft, self.now())
             try:
-                if status.object_name(workload) in self.objects:
-                    self.coalescer.mark(workload, urgent=kind in URGENT_KINDS)  # within the write budget
-                else:
-                    await self._ensure(rt)  # a new object: created with its status at once
+                await self._object(rt)
             except (client.ApiException, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 logger.warning("%s: cannot update its WorkloadRecovery: %s", workload, client.message_of(exc))
+                return
+            self.coalescer.mark(workload, urgent=kind in URGENT_KINDS)
             return
         try:
             obj = await self._object(rt)
