@@ -140,7 +140,7 @@ def decide(
     if wanted == Action.REQUEUE:
         exclude = _exclusions(
             spec, candidates, history=history, job=job, partition_nodes=partition_nodes, reasons=reasons,
-            own=own_exclusions,
+            own=own_exclusions, allocation=allocation,
         )
     if verdict.lemon_nodes and wanted != Action.NONE:
         drain = _drains(spec, _placed(verdict.lemon_nodes, job, allocation, reasons), reasons)
@@ -314,19 +314,26 @@ def _exclusions(
     partition_nodes: int | None,
     reasons: list[str],
     own: Collection[str] | None = None,
+    allocation: Collection[str] | None = None,
 ) -> list[str]:
     """All nodes the requeued job must avoid (already excluded plus new ones), or [] to exclude none.
 
     The cap counts only ``own`` (ours); the rest of ``already`` is the user's and stays as it is.
+    A candidate must be a node the workload ran on: the job's current nodes or, when known, any
+    node an attempt of it was placed on. The failed attempt's nodes may already be gone from the
+    job when the decision is made (a PyTorchJob's training-operator re-creates a failed worker on
+    another node within a second; a requeued Slurm job is placed again), and that node is the one
+    to avoid.
     """
     already = list(dict.fromkeys([*job.excluded_nodes, *history.excluded_nodes]))
     ours = list(dict.fromkeys(own if own is not None else history.excluded_nodes))
     fresh = [node for node in candidates if node not in already]
-    if job.nodes:
-        foreign = [node for node in fresh if node not in job.nodes]
+    placed = {*job.nodes, *(allocation or ())}
+    if placed:
+        foreign = [node for node in fresh if node not in placed]
         if foreign:
-            reasons.append(f"not excluded, the job did not run there: {', '.join(foreign)}")
-        fresh = [node for node in fresh if node in job.nodes]
+            reasons.append(f"not excluded, the workload did not run there: {', '.join(foreign)}")
+        fresh = [node for node in fresh if node in placed]
     if not fresh:
         return already
     cap = spec.exclusion.max_excluded_nodes_per_job

@@ -264,7 +264,8 @@ class AuditLogRow(Base):
     time: orm.Mapped[datetime.datetime] = orm.mapped_column(index=True)
     workload: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
     attempt: orm.Mapped[int | None]
-    kind: orm.Mapped[str] = orm.mapped_column(sa.String(16), index=True)
+    kind: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    """Indexed by ``ix_audit_log_kind_id`` (its own index was dropped in migration 0011)."""
     payload: orm.Mapped[dict[str, Any]]
     decided_by: orm.Mapped[str] = orm.mapped_column(sa.String(32))
     policy_version: orm.Mapped[str] = orm.mapped_column(sa.String(128), default="")

@@ -77,7 +77,8 @@ async def test_a_node_going_not_ready_is_excluded_and_the_jobset_restarts_off_it
                 await asyncio.sleep(0.5)
             trail = [(r.kind.value, r.payload) for r in await store.audit_records(workload=wid)]
             [advice] = await store.audit_records(workload=wid, kind=vocab.AuditKind.ADVICE)
-            assert advice.payload["action"] == "requeue" and advice.payload["exclude_nodes"] == [bad], trail
+            assert advice.payload["action"] == "requeue" and advice.payload["exclude_nodes"] == [bad], (
+                advice.payload["reasons"], trail)
             [verdict] = await store.audit_records(workload=wid, kind=vocab.AuditKind.VERDICT)
             assert f"{bad} is NotReady" in json.dumps(verdict.payload), trail
         finally:

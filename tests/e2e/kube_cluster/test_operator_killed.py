@@ -91,7 +91,8 @@ async def test_the_operator_killed_mid_recovery_acts_exactly_once_after_its_rest
             await asyncio.sleep(0.5)
         trail = [(r.kind.value, r.payload) for r in await store.audit_records(workload=wid)]
         [advice] = await store.audit_records(workload=wid, kind=vocab.AuditKind.ADVICE)
-        assert advice.payload["action"] == "requeue" and advice.payload["exclude_nodes"] == [bad], trail
+        assert advice.payload["action"] == "requeue" and advice.payload["exclude_nodes"] == [bad], (
+            advice.payload["reasons"], trail)
         [outcome] = await store.audit_records(workload=wid, kind=vocab.AuditKind.OUTCOME)
         assert outcome.payload.get("disposition") == "Converged", trail
         done = [r.payload.get("step") for r in await store.audit_records(workload=wid, kind=vocab.AuditKind.ACTION)

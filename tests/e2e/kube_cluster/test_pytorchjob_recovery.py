@@ -77,7 +77,8 @@ async def test_a_pytorchjob_worker_with_an_xid_is_recovered_away_from_its_node(
                 await asyncio.sleep(0.5)
             trail = [(r.kind.value, r.payload) for r in await store.audit_records(workload=wid)]
             [advice] = await store.audit_records(workload=wid, kind=vocab.AuditKind.ADVICE)
-            assert advice.payload["action"] == "requeue" and advice.payload["exclude_nodes"] == [bad], trail
+            assert advice.payload["action"] == "requeue" and advice.payload["exclude_nodes"] == [bad], (
+                advice.payload["reasons"], trail)
         finally:
             await store.close()
         node = sim.get("node", bad) or {}

@@ -64,6 +64,7 @@ def _decide(
     job: workloads.JobSnapshot | None = None,
     attempt: int = 0,
     partition_nodes: int | None = None,
+    allocation: list[str] | None = None,
 ) -> advice.Advice:
     return decide.decide(
         spec or _spec(),
@@ -77,6 +78,7 @@ def _decide(
         now=NOW,
         policy_name="gpu",
         partition_nodes=partition_nodes,
+        allocation=allocation,
     )
 
 
@@ -232,7 +234,17 @@ def test_scheduler_side_exclusions_are_kept() -> None:
 def test_nodes_outside_the_job_are_not_excluded() -> None:
     result = _decide(verdict=_verdict(nodes=["n9", "n2"]))
     assert result.exclude_nodes == ["n2"]
-    assert "not excluded, the job did not run there: n9" in result.reasons
+    assert "not excluded, the workload did not run there: n9" in result.reasons
+
+
+def test_the_failed_attempts_node_is_excluded_after_the_job_moved_off_it() -> None:
+    """A PyTorchJob's failed worker is re-created on another node before the decision: the job's
+    current nodes no longer hold the suspect, the workload's allocation does."""
+    moved = _job(nodes=["n1", "n3", "n4"])
+    assert _decide(verdict=_verdict(nodes=["n2"]), job=moved).exclude_nodes == []
+    result = _decide(verdict=_verdict(nodes=["n2", "n9"]), job=moved, allocation=["n1", "n2", "n3", "n4"])
+    assert result.exclude_nodes == ["n2"]
+    assert "not excluded, the workload did not run there: n9" in result.reasons
 
 
 def test_exclusion_dropped_when_the_job_could_no_longer_fit() -> None:
