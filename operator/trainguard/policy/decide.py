@@ -25,10 +25,11 @@ The rules, in order; each appends a reason to the Advice:
    hang: a hung job does not end by itself, so it is stopped (hold, then nothing, if stop is
    not allowed). A hang past the retry budget is stopped by rule 4.
 6. Exclusions (``exclude_nodes`` is the whole desired set, so the executor's merge is idempotent):
-   only nodes the job ran on; merged with those already excluded (the user's own ``--exclude``
-   stays); ``maxExcludedNodesPerJob`` caps only Trainguard's own exclusions (``own_exclusions``,
-   from its action rows), never the user's; dropped (with a reason) if the partition would keep
-   fewer nodes than the job needs.
+   only nodes the workload ran on (``allocation``: any attempt's, not only the current one's);
+   merged with those already excluded (the user's own ``--exclude`` stays);
+   ``maxExcludedNodesPerJob`` caps only Trainguard's own exclusions (``own_exclusions``, from its
+   action rows), never the user's; dropped (with a reason) if the partition would keep fewer
+   nodes than the job needs.
 7. Lemon nodes of the verdict are drained when ``drainLemonNodes`` and ``drainNode`` or
    ``cordonNode`` is allowed, and only if the scheduler placed the workload there
    (``allocation``).
