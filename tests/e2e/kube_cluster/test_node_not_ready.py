@@ -9,19 +9,16 @@ policy restarts it off that node (we never suspend it: one restart only), and it
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.kube_cluster.test_jobset_recovery import REPO, WAIT_S, running, until
-from tests.support.kube_cluster import NODES, SimCluster
-from trainguard.k8s import operator
+from tests.e2e.kube_cluster.harness import install, operator_running, running, until
+from tests.support.kube_cluster import SimCluster
 from trainguard.k8s.kubejobs import common, nodes
 from trainguard.model import vocab
-from trainguard.store import database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.kube_cluster, pytest.mark.timeout(600)]
 
@@ -43,9 +40,7 @@ exclusion of a system failure's suspect nodes by a rule."""
 async def test_a_node_going_not_ready_is_excluded_and_the_jobset_restarts_off_it_once(
         sim_cluster: SimCluster, sim_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sim, ns = sim_cluster, sim_namespace
-    sim.kubectl("apply", "-k", str(REPO / "crds"))
-    sim.kubectl("wait", "--for=condition=Established", "crd/recoverypolicies.trainguard.dev", "--timeout=60s")
-    sim.apply(POLICY.format(ns=ns))
+    install(sim, POLICY.format(ns=ns))
     sim.create_jobset("train", ns, replicated_jobs=(("leaders", 1, 2), ("workers", 1, 2)), gpus=4,
                       annotations={"trainguard.dev/policy": "gpu"})
     first = await until("4 running pods of attempt 0", lambda: running(sim, ns, "train", 0))
@@ -53,63 +48,41 @@ async def test_a_node_going_not_ready_is_excluded_and_the_jobset_restarts_off_it
         sim.write_pod_log(ns, pod["metadata"]["name"], ["iteration 1 loss 2.0"])
     victim = first[1]
     bad = victim["spec"]["nodeName"]
-
-    monkeypatch.setenv("KUBECONFIG", str(sim.kubeconfig))
-    db = tmp_path / "audit.db"
-    config = operator.OperatorConfig(
-        scheduler="kubernetes", namespaces=(ns,), workload_namespace=ns, allow_action=True,
-        db_url=f"sqlite+aiosqlite:///{db}", status_interval_s=0.5, poll_s=0.5)
-    stop = asyncio.Event()
-    running_operator = asyncio.create_task(operator.run(config, stop_flag=stop))
     wid = common.workload_id(ns, "JobSet", "train")
+
     try:
-        await until("the WorkloadRecovery", lambda: sim.get("workloadrecovery", "jobset-train", ns))
-        sim.set_node_ready(bad, False)
-        await until(f"{bad} NotReady", lambda: not sim.node_ready(bad))
-        sim.fail_pod(ns, victim["metadata"]["name"], exit_code=137, reason="Error", message="node lost")
-        store = await database.open_store(f"sqlite+aiosqlite:///{db}")
-        try:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT_S
-            while not await store.audit_records(workload=wid, kind=vocab.AuditKind.OUTCOME):
-                assert not running_operator.done(), "the operator stopped"
-                assert loop.time() < deadline, "no outcome recorded"
-                await asyncio.sleep(0.5)
-            trail = [(r.kind.value, r.payload) for r in await store.audit_records(workload=wid)]
-            [advice] = await store.audit_records(workload=wid, kind=vocab.AuditKind.ADVICE)
+        async with operator_running(sim, ns, tmp_path, monkeypatch) as op:
+            await until("the WorkloadRecovery", lambda: sim.get("workloadrecovery", "jobset-train", ns))
+            sim.set_node_ready(bad, False)
+            await until(f"{bad} NotReady", lambda: not sim.node_ready(bad))
+            sim.fail_pod(ns, victim["metadata"]["name"], exit_code=137, reason="Error", message="node lost")
+            recorded = await op.recovery(wid)
+            trail = recorded.trail
+            advice = recorded.one(vocab.AuditKind.ADVICE)
             assert advice.payload["action"] == "requeue" and advice.payload["exclude_nodes"] == [bad], (
                 advice.payload["reasons"], trail)
-            [verdict] = await store.audit_records(workload=wid, kind=vocab.AuditKind.VERDICT)
-            assert f"{bad} is NotReady" in json.dumps(verdict.payload), trail
-        finally:
-            await store.close()
-        node = sim.get("node", bad) or {}
-        assert nodes.has_our_taint(node) and node["spec"]["unschedulable"] is True
-        jobset = sim.get("jobset", "train", ns) or {}
-        assert not jobset["spec"].get("suspend")
-        assert common.RESTARTS_ANNOTATION not in (jobset["metadata"].get("annotations") or {}), trail
+            assert f"{bad} is NotReady" in json.dumps(recorded.one(vocab.AuditKind.VERDICT).payload), trail
+            node = sim.get("node", bad) or {}
+            assert nodes.has_our_taint(node) and node["spec"]["unschedulable"] is True
+            jobset = sim.get("jobset", "train", ns) or {}
+            assert not jobset["spec"].get("suspend")
+            assert common.RESTARTS_ANNOTATION not in (jobset["metadata"].get("annotations") or {}), trail
 
-        def restarted() -> list[dict[str, Any]] | None:
-            current = sim.get("jobset", "train", ns) or {}
-            attempt = int((current.get("status") or {}).get("restarts") or 0)
-            return running(sim, ns, "train", attempt) if attempt >= 1 else None
+            def restarted() -> list[dict[str, Any]] | None:
+                current = sim.get("jobset", "train", ns) or {}
+                attempt = int((current.get("status") or {}).get("restarts") or 0)
+                return running(sim, ns, "train", attempt) if attempt >= 1 else None
 
-        again = await until("the restarted JobSet running", restarted)
-        assert all(p["spec"]["nodeName"] != bad for p in again)
-        for pod in again:
-            sim.complete_pod(ns, pod["metadata"]["name"])
+            again = await until("the restarted JobSet running", restarted)
+            assert all(p["spec"]["nodeName"] != bad for p in again)
+            for pod in again:
+                sim.complete_pod(ns, pod["metadata"]["name"])
 
-        def completed() -> bool:
-            current = sim.get("jobset", "train", ns) or {}
-            return (current.get("status") or {}).get("terminalState") == "Completed"
+            def completed() -> bool:
+                current = sim.get("jobset", "train", ns) or {}
+                return (current.get("status") or {}).get("terminalState") == "Completed"
 
-        await until("the JobSet completed", completed)
-        assert int(((sim.get("jobset", "train", ns) or {}).get("status") or {}).get("restarts") or 0) == 1
+            await until("the JobSet completed", completed)
+            assert int(((sim.get("jobset", "train", ns) or {}).get("status") or {}).get("restarts") or 0) == 1
     finally:
-        stop.set()
-        await asyncio.wait_for(running_operator, 60)
         sim.set_node_ready(bad, True)
-        for name in NODES:
-            obj = sim.get("node", name) or {}
-            if nodes.exclusion_of(obj) is not None:
-                sim.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(nodes.lift_patch(obj)))

@@ -11,7 +11,6 @@ suspend/resume of ours on top), and the JobSet completes away from the node.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from pathlib import Path
@@ -20,8 +19,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.kube.operator_process import OperatorProcess
-from tests.e2e.kube_cluster.test_jobset_recovery import POLICY, REPO, WAIT_S, XID, lines_read, running, until
-from tests.support.kube_cluster import NODES, SimCluster
+from tests.e2e.kube_cluster.harness import POLICY, WAIT_S, XID, install, lift_our_exclusions, lines_read, running, until
+from tests.support.kube_cluster import SimCluster
 from trainguard.k8s.kubejobs import common, nodes
 from trainguard.model import vocab
 from trainguard.store import database
@@ -38,9 +37,7 @@ def _env(sim: SimCluster, home: Path) -> dict[str, str]:
 async def test_the_operator_killed_mid_recovery_acts_exactly_once_after_its_restart(
         sim_cluster: SimCluster, sim_namespace: str, tmp_path: Path) -> None:
     sim, ns = sim_cluster, sim_namespace
-    sim.kubectl("apply", "-k", str(REPO / "crds"))
-    sim.kubectl("wait", "--for=condition=Established", "crd/recoverypolicies.trainguard.dev", "--timeout=60s")
-    sim.apply(POLICY.format(ns=ns, mode="Action"))
+    install(sim, POLICY.format(ns=ns, mode="Action"))
     sim.create_jobset("train", ns, replicated_jobs=(("leaders", 1, 2), ("workers", 1, 2)), gpus=4,
                       annotations={"trainguard.dev/policy": "gpu"})
     first = await until("4 running pods of attempt 0", lambda: running(sim, ns, "train", 0))
@@ -136,7 +133,4 @@ async def test_the_operator_killed_mid_recovery_acts_exactly_once_after_its_rest
         await store.close()
         for process in processes:
             process.stop()
-        for name in NODES:
-            obj = sim.get("node", name) or {}
-            if nodes.exclusion_of(obj) is not None:
-                sim.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(nodes.lift_patch(obj)))
+        lift_our_exclusions(sim)

@@ -10,19 +10,15 @@ suspends/resumes the job on top of it (no ``trainguard.dev/restarts``, never sus
 
 from __future__ import annotations
 
-import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.kube_cluster.test_jobset_recovery import POLICY, REPO, WAIT_S, XID, lines_read, until
-from tests.support.kube_cluster import NODES, PYTORCHJOB_NAME_LABEL, SimCluster
-from trainguard.k8s import operator
+from tests.e2e.kube_cluster.harness import POLICY, XID, install, lines_read, operator_running, until
+from tests.support.kube_cluster import PYTORCHJOB_NAME_LABEL, SimCluster
 from trainguard.k8s.kubejobs import common, nodes
 from trainguard.model import vocab
-from trainguard.store import database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.kube_cluster, pytest.mark.timeout(600)]
 
@@ -39,59 +35,41 @@ async def test_a_pytorchjob_worker_with_an_xid_is_recovered_away_from_its_node(
         sim_cluster: SimCluster, sim_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         mode: str) -> None:
     sim, ns = sim_cluster, sim_namespace
-    sim.kubectl("apply", "-k", str(REPO / "crds"))
-    sim.kubectl("wait", "--for=condition=Established", "crd/recoverypolicies.trainguard.dev", "--timeout=60s")
-    sim.apply(POLICY.format(ns=ns, mode=mode))
+    install(sim, POLICY.format(ns=ns, mode=mode))
     sim.create_pytorchjob("ptj", ns, workers=2, gpus=4, annotations={"trainguard.dev/policy": "gpu"})
     first = await until("3 running pods", lambda: live_pods(sim, ns))
     for pod in first:
         sim.write_pod_log(ns, pod["metadata"]["name"], ["iteration 1 loss 2.0"])
     victim = next(p for p in first if p["metadata"]["name"].endswith("worker-1"))
     bad = victim["spec"]["nodeName"]
-
-    monkeypatch.setenv("KUBECONFIG", str(sim.kubeconfig))
-    db = tmp_path / "audit.db"
-    config = operator.OperatorConfig(
-        scheduler="kubernetes", namespaces=(ns,), workload_namespace=ns, allow_action=True,
-        db_url=f"sqlite+aiosqlite:///{db}", status_interval_s=0.5, poll_s=0.5)
-    stop = asyncio.Event()
-    running_operator = asyncio.create_task(operator.run(config, stop_flag=stop))
     wid = common.workload_id(ns, "PyTorchJob", "ptj")
-    try:
+
+    async with operator_running(sim, ns, tmp_path, monkeypatch) as op:
         await until("the WorkloadRecovery", lambda: sim.get("workloadrecovery", "pytorchjob-ptj", ns))
         # The Xid line is printed while we watch: the operator has read each pod's first line. The
         # training-operator re-creates the failed Worker under its own name within a second; a line
         # printed just before that, by a pod whose log we were not yet following, belongs to an
         # attempt already over when we first look (as on a real node, where the old pod's log goes
         # with it).
-        await until("the first line of each pod read", lambda: lines_read(db, wid) >= len(first))
+        await until("the first line of each pod read", lambda: lines_read(op.db, wid) >= len(first))
         sim.write_pod_log(ns, victim["metadata"]["name"], [XID])
         sim.fail_pod(ns, victim["metadata"]["name"], exit_code=137, reason="Error", message="killed")
-        store = await database.open_store(f"sqlite+aiosqlite:///{db}")
-        try:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT_S
-            while not await store.audit_records(workload=wid, kind=vocab.AuditKind.OUTCOME):
-                assert not running_operator.done(), "the operator stopped"
-                assert loop.time() < deadline, "no outcome recorded"
-                await asyncio.sleep(0.5)
-            trail = [(r.kind.value, r.payload) for r in await store.audit_records(workload=wid)]
-            [advice] = await store.audit_records(workload=wid, kind=vocab.AuditKind.ADVICE)
-            assert advice.payload["action"] == "requeue" and advice.payload["exclude_nodes"] == [bad], (
-                advice.payload["reasons"], trail)
-        finally:
-            await store.close()
+        recorded = await op.recovery(wid)
+        advice = recorded.one(vocab.AuditKind.ADVICE)
+        # The re-created Worker may already run elsewhere when the advice is made: the failed
+        # attempt's node is still the one to exclude.
+        assert advice.payload["action"] == "requeue" and advice.payload["exclude_nodes"] == [bad], (
+            advice.payload["reasons"], recorded.trail)
         node = sim.get("node", bad) or {}
+        job = sim.get("pytorchjob", "ptj", ns) or {}
         if mode == "Monitor":
             assert not nodes.has_our_taint(node) and not node["spec"].get("unschedulable")
-            job = sim.get("pytorchjob", "ptj", ns) or {}
             assert not (job["spec"].get("runPolicy") or {}).get("suspend")
             return
         assert nodes.has_our_taint(node) and node["spec"]["unschedulable"] is True
-        job = sim.get("pytorchjob", "ptj", ns) or {}
         notes = job["metadata"].get("annotations") or {}
-        assert common.RESTARTS_ANNOTATION not in notes and common.SUSPENDED_BY_ANNOTATION not in notes, trail
-        assert not (job["spec"].get("runPolicy") or {}).get("suspend"), trail
+        assert common.RESTARTS_ANNOTATION not in notes and common.SUSPENDED_BY_ANNOTATION not in notes, recorded.trail
+        assert not (job["spec"].get("runPolicy") or {}).get("suspend"), recorded.trail
 
         def moved() -> list[dict[str, Any]] | None:
             pods = live_pods(sim, ns)
@@ -107,10 +85,3 @@ async def test_a_pytorchjob_worker_with_an_xid_is_recovered_away_from_its_node(
                        for c in (job.get("status") or {}).get("conditions") or [])
 
         await until("the PyTorchJob succeeded", succeeded)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running_operator, 60)
-        for name in NODES:
-            obj = sim.get("node", name) or {}
-            if nodes.exclusion_of(obj) is not None:
-                sim.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(nodes.lift_patch(obj)))
