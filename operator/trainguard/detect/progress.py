@@ -39,6 +39,8 @@ _TOKENS_AFTER = re.compile(r"(?i)" + _NUM + r"\s*(?:tokens|tok)/s(?:ec)?\b")
 _SAMPLES = re.compile(r"(?i)\bsamples(?:/s|/sec|_per_sec(?:ond)?|\s+per\s+sec(?:ond)?)\b[\s:=]*" + _NUM)
 _SAMPLES_AFTER = re.compile(r"(?i)" + _NUM + r"\s*samples/s(?:ec)?\b")
 _SEC_PER_STEP = re.compile(r"(?i)" + _NUM + r"\s*(ms|s)/(?:it|iter|step)\b")
+_BEFORE_SLASH = "0123456789,. \t\n\r\x0b\x0c\x1c\x1d\x1e\x1fm"
+"""What ``_SEC_PER_STEP`` can match before "s/" on an ASCII line: its number, whitespace, the m of ms."""
 _STEP = re.compile(r"(?i)(?<![\w/])(?:global_step|step|iter|iteration)\s*[:=]?\s*\[?(\d+)\]?(?:\s*/\s*\d+)?(?![\w.])")
 
 
@@ -94,7 +96,14 @@ def _parse_builtin(text: str) -> Progress | None:
     if "{'loss': " in text and _HF_DICT.search(text):
         return Progress(None, None, "")
     low = text.lower() if text.isascii() else None
-    step_m = _STEP.search(text) if low is None or "step" in low or "iter" in low else None
+    # On an ASCII line the case-insensitive searches start where their literal first occurs
+    # (the same leftmost match, found without trying every earlier position).
+    if low is None:
+        step_m = _STEP.search(text)
+    else:
+        first = min((at for at in (low.find("step"), low.find("iter")) if at >= 0), default=-1)
+        # A match starts at its "step"/"iter", or 7 characters earlier for "global_step".
+        step_m = _STEP.search(text, max(0, first - 7)) if first >= 0 else None
     step = int(step_m.group(1)) if step_m else None
     for regex, unit, literal in (
         (_TOKENS, "tokens/s", "tok"),
@@ -104,7 +113,15 @@ def _parse_builtin(text: str) -> Progress | None:
     ):
         if (low is None or literal in low) and (m := regex.search(text)):
             return Progress(step, _number(m.group(1)), unit)
-    if (low is None or "s/" in low) and (m := _SEC_PER_STEP.search(text)):
+    if low is None:
+        m = _SEC_PER_STEP.search(text)
+    elif (slash := low.find("s/")) >= 0:
+        # Before its "s/" a match holds only a number, whitespace and "m": it starts no earlier
+        # than the run of such characters before the first "s/".
+        m = _SEC_PER_STEP.search(text, len(low[:slash].rstrip(_BEFORE_SLASH)))
+    else:
+        m = None
+    if m is not None:
         value = _number(m.group(1)) / (1000.0 if m.group(2).lower() == "ms" else 1.0)
         return Progress(step, 1.0 / value if value > 0 else None, "steps/s")
     if step is not None:

@@ -21,10 +21,11 @@ Decisions a reader should know:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO, TypeAlias
 
 from trainguard.detect import first_cause, hosts, progress, sanitize, straggler, stream
 from trainguard.detect import matcher as matchers
@@ -89,6 +90,120 @@ not offered to the reader while no block is open."""
 _NO_IDS: list[str] = []
 
 
+_Pending: TypeAlias = tuple[int, bytes | str, int | bytes | None, str | None, float]
+"""A kept progress sample before it is built (``_sample``): line number, the line's first
+``_SAMPLE_CHARS`` (raw ASCII bytes from the fast path, clean text otherwise), rank (or the srun
+label that gives it), node, rate.
+Most samples are dropped again by thinning; building only the survivors saves their parse."""
+_SAMPLE_CHARS = 500
+"""What a sample needs of its line: its evidence text (500), shape (``straggler.MAX_SHAPE_CHARS``)
+and timestamp (the first 64 characters)."""
+
+
+def _sample(path: str, pending: _Pending) -> _Sample:
+    """The straggler sample of one progress line with a rate, as ``_find_drop`` reads it."""
+    lineno, line, label, node, rate = pending
+    text = line.decode("ascii") if isinstance(line, bytes) else line
+    rank = int(label) if isinstance(label, bytes) else label
+    item = anomalies.Evidence(
+        line=lineno,
+        text=text[:500],
+        pattern=stream.PROGRESS_PATTERN,
+        source=path,
+        at=_line_time(text),
+        node=node,
+        rank=rank,
+        category=vocab.Category.NONE,
+        severity=vocab.Severity.INFO,
+    )
+    key = f"rank:{rank}" if rank is not None else (f"node:{node}" if node else None)
+    return _Sample(key, straggler.line_shape(text), item.at, rate, item)
+
+
+_TIMES: dict[str, float | None] = {}
+_MAX_TIMES = 100_000
+"""Timestamps to whole seconds remembered by ``_line_time``; cleared when full."""
+
+
+def _line_time(text: str) -> float | None:
+    """``progress.line_time``, remembering each whole second (the samples of a log share most seconds)."""
+    m = progress._ISO.search(text, 0, 64)
+    if m is None:
+        return None
+    key = m.group(0) if m.group(7) is None else text[m.start() : m.start(7) - 1]
+    if key not in _TIMES:
+        if len(_TIMES) >= _MAX_TIMES:
+            _TIMES.clear()
+        _TIMES[key] = progress.line_time(key)
+    base = _TIMES[key]
+    if base is None or m.group(7) is None:
+        return base
+    return base + float("0." + m.group(7))
+
+
+def _unanchored(regex: re.Pattern[str]) -> bytes:
+    """A ``hosts`` prefix regex as bytes without its ``^``, to be used inside a larger pattern."""
+    return regex.pattern.removeprefix("^").encode()
+
+
+# The fast path's prefix: an optional srun label, then an optional NCCL host:pid:tid [local rank]
+# (the only two ``hosts.parse_prefix`` takes in this order, since no other prefix regex can match
+# where either does), then no further prefix of any kind: otherwise the line is parsed in full.
+# On a line of printable ASCII, ``\s`` is a space or a tab in both str and bytes patterns.
+_FAST_PREFIX = re.compile(
+    rb"(?>[ \t]{0,6}(\d{1,6}): )?"
+    rb"(?>([A-Za-z0-9][A-Za-z0-9_.-]{0,62}):\d{1,9}:\d{1,9} \[\d{1,3}\] )?"
+    rb"(?!"
+    + b"|".join(
+        _unanchored(rx)
+        for rx in (hosts._SRUN_LABEL, hosts._TORCHRUN, hosts._NCCL, hosts._SYSLOG, hosts._PDSH_IPV4, hosts._PDSH)
+    )
+    + rb")"
+)
+_MEGATRON = re.compile(progress._MEGATRON.pattern.replace(r"\s", r"[ \t]").encode())
+"""``progress._MEGATRON`` for a line of printable ASCII, where whitespace is a space or a tab."""
+_MEGATRON_MS = re.compile(progress._MEGATRON_MS.pattern.replace(r"\s", r"[ \t]").encode())
+_TROUBLE = (
+    rb"[^\t\n\x20-\x7e]",  # a byte that cleaning would change (a carriage return included)
+    re.escape(_ROOT_START).encode(),  # the Root Cause reader reads on from here
+    rb"srun: error: ",  # parse_prefix: srun's task summary names node and rank
+    rb"\*\*\* ",  # ... slurmstepd's "*** STEP ... ON node"
+    rb"Rank ",  # ... c10d's [Rank N]
+    rb" nranks ",  # ... an NCCL communicator line names the global rank
+    rb"PCI:",  # ... a PCI bus id
+)
+"""What makes a line leave the fast path of ``_scan_block`` wherever it stands in the line."""
+
+
+@functools.cache
+def _trouble_database() -> Any:
+    """``_TROUBLE`` compiled into one Hyperscan database (once per process: a few milliseconds)."""
+    import hyperscan
+
+    database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    ids = list(range(len(_TROUBLE)))
+    database.compile(expressions=list(_TROUBLE), ids=ids, elements=len(ids), flags=[0] * len(ids))
+    return database
+
+
+def _line_starts(database: Any, data: bytes) -> set[int]:
+    """Start offsets of the lines of ``data`` on which a match of ``database`` ends (one scan)."""
+    starts: set[int] = set()
+    last = [-1, -1]  # the last line recorded: its start and the start of the next one
+
+    def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
+        offset = end - 1 if end > 0 else 0
+        if last[0] <= offset < last[1]:
+            return  # another match on the line just recorded
+        line_start = data.rfind(b"\n", 0, offset) + 1
+        starts.add(line_start)
+        newline = data.find(b"\n", offset)
+        last[0], last[1] = line_start, newline + 1 if newline >= 0 else len(data) + 1
+
+    database.scan(data, match_event_handler=on_match)
+    return starts
+
+
 @dataclass(slots=True)
 class _State:
     """What ``FileAnalyzer`` keeps while reading one file."""
@@ -99,7 +214,7 @@ class _State:
     root_reader: hosts.RootCauseReader = field(default_factory=hosts.RootCauseReader)
     root: hosts.RootCause | None = None
     evidence: list[anomalies.Evidence] = field(default_factory=list)
-    samples: list[_Sample] = field(default_factory=list)
+    samples: list[_Pending] = field(default_factory=list)
     stride: int = 1
     skipped: int = 0
     hits: dict[str, int] = field(default_factory=dict)
@@ -231,34 +346,138 @@ class FileAnalyzer:
 
         Gives the same result as ``analyze_by_line`` (tests hold them equal): a line is offered
         to the per-line matcher only when the block scan found a match ending on it, or when it
-        is not plain printable ASCII (cleaning could change what matches). ``on_progress`` is
-        called with the bytes read so far after each block.
+        is not plain printable ASCII (cleaning could change what matches). With Hyperscan and the
+        built-in progress patterns, most lines take the fast path of ``_scan_block`` instead of
+        the full per-line parse. ``on_progress`` is called with the bytes read so far after each block.
         """
         state = _State(path)
         # Only the catalog matcher scans blocks; another matcher is asked line by line.
         candidates = self._matcher.candidate_lines if isinstance(self._matcher, matchers.Matcher) else None
+        trouble = _trouble_database() if candidates is not None and self._settings.progress_regex is None else None
         read = 0
         for block in read_blocks(handle, self._block_bytes):
             starts = candidates(block.data) if candidates is not None and not block.overlong else None
-            offset = 0
-            for raw in block.lines():
-                state.lineno += 1
-                line_start, offset = offset, offset + len(raw) + 1
-                body = raw.rstrip(b"\r")
-                if block.overlong or len(body) > sanitize.DEFAULT_MAX_CHARS or _DIRTY.search(body) is not None:
-                    whole = raw if block.overlong else cut_line(raw, newline=offset <= len(block.data))
-                    if text := sanitize.clean_line(whole):
-                        self._feed(state, text, None)
-                    continue
-                if not body:
-                    continue
-                # A stripped carriage return changes what ``$`` sees: such a line is matched alone.
-                known = starts is not None and len(body) == len(raw) and line_start not in starts
-                self._feed(state, body.decode("ascii"), _NO_IDS if known else None)
+            if starts is not None and trouble is not None:
+                self._scan_block(state, block.data, starts, _line_starts(trouble, block.data))
+            else:
+                offset = 0
+                for raw in block.lines():
+                    state.lineno += 1
+                    line_start, offset = offset, offset + len(raw) + 1
+                    self._line(state, block, raw, line_start, offset, starts=starts)
             read += block.consumed
             if on_progress is not None:
                 on_progress(read)
         return self._finish(state)
+
+    def _line(
+        self, state: _State, block: _Block, raw: bytes, line_start: int, offset: int, *, starts: set[int] | None
+    ) -> None:
+        """One line of a block, fully parsed (``lineno`` already counted): the reference path of ``analyze``."""
+        body = raw.rstrip(b"\r")
+        if block.overlong or len(body) > sanitize.DEFAULT_MAX_CHARS or _DIRTY.search(body) is not None:
+            whole = raw if block.overlong else cut_line(raw, newline=offset <= len(block.data))
+            if text := sanitize.clean_line(whole):
+                self._feed(state, text, None)
+            return
+        if not body:
+            return
+        # A stripped carriage return changes what ``$`` sees: such a line is matched alone.
+        known = starts is not None and len(body) == len(raw) and line_start not in starts
+        self._feed(state, body.decode("ascii"), _NO_IDS if known else None)
+
+    def _scan_block(self, state: _State, data: bytes, starts: set[int], trouble: set[int]) -> None:
+        """The lines of one block, most of them without the full per-line parse.
+
+        A line takes the fast path when it is plain printable ASCII (no byte cleaning could
+        change), no catalog match ended on it, it holds none of the literals that make
+        ``hosts.parse_prefix`` or the Root Cause reader look further (``trouble``: found by one
+        Hyperscan scan of the block), its prefixes are at most an srun label and an NCCL
+        host:pid:tid (``_FAST_PREFIX``, which also proves no other prefix follows) and no Root
+        Cause block is open. For such a line ``_feed`` would find no pattern, no error and this
+        prefix, so only the progress parse is left: skipped when the line holds none of the
+        literals a built-in progress regex needs, done with two byte regexes for a Megatron
+        iteration line, done by ``ProgressParser`` otherwise. A Megatron sample is kept as its
+        raw line and built only if it survives thinning (``_finish``). Every other line goes
+        through ``_line``: the results are those of ``analyze_by_line`` (tests hold them equal).
+        """
+        lines = data.split(b"\n")
+        if not lines[-1]:
+            lines.pop()  # the newline that ends the block, not an empty line
+        block = _Block(data, len(data))
+        rank_map, root_reader = state.rank_map, state.root_reader
+        fast_prefix, megatron, megatron_ms = _FAST_PREFIX.match, _MEGATRON.search, _MEGATRON_MS.search
+        limit = sanitize.DEFAULT_MAX_CHARS
+        labels: set[bytes] = set()  # srun labels of fast lines: their ranks, converted once
+        base = state.lineno
+        root_active = root_reader.active
+        offset = 0
+        lineno = base
+        for raw in lines:
+            lineno += 1
+            line_start = offset
+            offset += len(raw) + 1
+            if not raw:
+                continue
+            if (
+                line_start in trouble
+                or line_start in starts
+                or len(raw) > limit
+                or root_active
+                or (prefix := fast_prefix(raw)) is None
+            ):
+                state.lineno = lineno
+                self._line(state, block, raw, line_start, offset, starts=starts)
+                root_active = root_reader.active
+                continue
+            label, host = prefix.group(1, 2)
+            node = None
+            if label is not None:
+                labels.add(label)
+                if host is not None:
+                    node = host.decode("ascii")
+                    rank_map.learn(node, int(label))
+            elif host is not None:
+                node = host.decode("ascii")
+            where = raw.find(b"iteration")
+            if where >= 0 and megatron(raw, where) is not None:
+                state.progress_since_error += 1
+                ms = megatron_ms(raw)
+                if ms is None:
+                    continue
+                value = float(ms.group(1).replace(b",", b""))
+                if value > 0:
+                    state.skipped += 1
+                    if state.skipped >= state.stride:
+                        self._keep(state, (lineno, raw[:_SAMPLE_CHARS], label, node, 1000.0 / value))
+            elif (
+                b"iter" in (low := raw.lower())
+                or b"step" in low
+                or b"tok" in low
+                or b"samples" in low
+                or b"s/" in low
+                or b"<" in raw
+                or b"{'loss': " in raw
+            ):
+                text = raw.decode("ascii")
+                parsed = self._progress.parse(text)
+                if parsed is None:
+                    continue
+                state.progress_since_error += 1
+                if parsed.rate is not None:
+                    state.skipped += 1
+                    if state.skipped >= state.stride:
+                        self._keep(state, (lineno, text[:_SAMPLE_CHARS], label, node, parsed.rate))
+        state.lineno = lineno
+        state.ranks_seen.update(map(int, labels))
+
+    def _keep(self, state: _State, sample: _Pending) -> None:
+        """Keep one progress sample that passed the stride (``skipped`` counted it), thinning at ``MAX_SAMPLES``."""
+        state.skipped = 0
+        if len(state.samples) >= MAX_SAMPLES:
+            state.samples = state.samples[::2]
+            state.stride *= 2
+        state.samples.append(sample)
 
     def analyze_by_line(self, path: str, handle: BinaryIO) -> Result:
         """The verdict on one file, one ``Matcher.match`` call per line: the reference ``analyze`` keeps to."""
@@ -304,33 +523,13 @@ class FileAnalyzer:
         state.progress_since_error += 1
         if parsed.rate is not None:
             state.skipped += 1
-            if state.skipped < state.stride:
-                return
-            state.skipped = 0
-            if len(state.samples) >= MAX_SAMPLES:
-                state.samples = state.samples[::2]
-                state.stride *= 2
-            item = anomalies.Evidence(
-                line=lineno,
-                text=text[:500],
-                pattern=stream.PROGRESS_PATTERN,
-                source=state.path,
-                at=progress.line_time(text),
-                node=prefix.node,
-                rank=prefix.rank,
-                category=vocab.Category.NONE,
-                severity=vocab.Severity.INFO,
-            )
-            key = (
-                f"rank:{prefix.rank}"
-                if prefix.rank is not None
-                else (f"node:{prefix.node}" if prefix.node else None)
-            )
-            state.samples.append(_Sample(key, straggler.line_shape(text), item.at, parsed.rate, item))
+            if state.skipped >= state.stride:
+                self._keep(state, (lineno, text[:_SAMPLE_CHARS], prefix.rank, prefix.node, parsed.rate))
 
     def _finish(self, state: _State) -> Result:
         path, lineno, rank_map, root = state.path, state.lineno, state.rank_map, state.root
-        progress_since_error, samples = state.progress_since_error, state.samples
+        progress_since_error = state.progress_since_error
+        samples = [_sample(path, item) for item in state.samples]
         evidence = [_with_node(e, rank_map) for e in state.evidence]
         cause = first_cause.find_first_cause(
             evidence, hints=self._hints, root_cause=root, node_of=rank_map.node_of, ranks_seen=state.ranks_seen
