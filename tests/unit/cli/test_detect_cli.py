@@ -170,3 +170,13 @@ def test_patterns_file_errors_are_one_line(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1, err
     assert err.startswith(f"trainguard {argv[0]}: {path}: ") and says in err, err
+
+
+def test_a_year_zero_timestamp_is_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A timestamp of year 0 (a zeroed clock, junk) is no date: the line is read without one."""
+    log = tmp_path / "zero.log"
+    log.write_text("0000-01-01 00:00:00 iteration 5/ 10 | elapsed time per iteration (ms): 100\n" + TIMEOUT + "\n")
+    code = main.main(["detect", "--format", "json", str(log)])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert json.loads(out)["category"] == "nccl_timeout"

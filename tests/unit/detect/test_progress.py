@@ -73,3 +73,4 @@ def test_line_time() -> None:
     assert progress.line_time("2024-05-07T00:00:10.5 x") == 1715040010.5
     assert progress.line_time("x" * 70 + " a date in the message 2024-05-07 00:00:10") is None
     assert progress.line_time("2024-13-07 00:00:10") is None
+    assert progress.line_time("0000-01-01 00:00:00 iteration 5/ 10") is None  # year 0: not a date
