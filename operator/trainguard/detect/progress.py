@@ -142,7 +142,7 @@ def line_time(text: str) -> float | None:
     if m is None:
         return None
     year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
-    if not (1 <= year and 1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+    if not (year >= 1 and 1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
         return None  # year 0 too: not a date (``timegm`` would raise on it)
     fraction = float("0." + m.group(7)) if m.group(7) else 0.0
     return calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + fraction
