@@ -59,6 +59,18 @@ DEFAULT_RESTART_WAIT_S: Final = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
+class Lifted:
+    """A node whose exclusion of ours ``KubeScheduler.sweep_exclusions`` lifted: what the audit log
+    records of it (an exclusion is cluster-wide on Kubernetes, so its end is an action of ours too)."""
+
+    node: str
+    exclusion: nodes.Exclusion
+    """The record the node carried (which workload, why, since when)."""
+    age_s: float
+    """Seconds the exclusion had stood."""
+
+
+@dataclasses.dataclass(frozen=True)
 class _Watch:
     """One list+watch loop: what it watches, how, and where the objects go."""
 
@@ -376,11 +388,11 @@ class KubeScheduler:
         data = await self._json(self._core.list_node(_preload_content=False))
         return [nodes.snapshot(n) for n in data.get("items") or []]
 
-    async def sweep_exclusions(self) -> list[str]:
+    async def sweep_exclusions(self) -> list[Lifted]:
         """The rule that ends our exclusions: a node we excluded ``exclusion_ttl_s`` ago and that is
         Ready now is lifted (our taint, our cordon, our record; nothing a person set). Returns the
-        nodes lifted. A node still NotReady stays excluded until it is Ready."""
-        lifted: list[str] = []
+        nodes lifted, each with the record it had. A node still NotReady stays excluded until it is Ready."""
+        lifted: list[Lifted] = []
         data = await self._json(self._core.list_node(_preload_content=False))
         for node in data.get("items") or []:
             record = nodes.exclusion_of(node)
@@ -392,7 +404,7 @@ class KubeScheduler:
             except base.SchedulerError as exc:
                 logger.warning("exclusion of node %s not lifted: %s", name, exc)
                 continue
-            lifted.append(name)
+            lifted.append(Lifted(name, record, self._now() - record.at))
         return lifted
 
     async def close(self) -> None:
