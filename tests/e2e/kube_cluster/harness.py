@@ -133,10 +133,11 @@ class InProcessOperator:
 
 
 @contextlib.asynccontextmanager
-async def operator_running(sim: SimCluster, ns: str, tmp_path: Path,
-                           monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[InProcessOperator]:
+async def operator_running(sim: SimCluster, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
+                           lift: bool = True) -> AsyncIterator[InProcessOperator]:
     """The operator watching ``ns`` with both keys to act (a policy's mode still decides), stopped
-    on exit; then every exclusion of ours is lifted from the shared fake nodes."""
+    on exit; then every exclusion of ours is lifted from the shared fake nodes (``lift=False``: an
+    operator that another one on the same audit database follows)."""
     monkeypatch.setenv("KUBECONFIG", str(sim.kubeconfig))
     db = tmp_path / "audit.db"
     config = operator.OperatorConfig(
@@ -149,4 +150,5 @@ async def operator_running(sim: SimCluster, ns: str, tmp_path: Path,
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
-        lift_our_exclusions(sim)
+        if lift:
+            lift_our_exclusions(sim)
