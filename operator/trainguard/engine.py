@@ -741,7 +741,7 @@ class Engine:
         batches = await self._read_round(runtimes)
         self._note_unreadable(runtimes)
         for rt, batch in zip(runtimes, batches, strict=True):
-            await self._feed_batch(rt, batch)
+            await self._feed_batch(rt, batch, tick=False)
             if rt.detector is not None:
                 running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt
                 for anomaly in rt.detector.tick():
@@ -814,12 +814,19 @@ class Engine:
             return []
 
     async def _feed_batch(
-        self, rt: WorkloadRuntime, batch: list[tuple[sources.Followed, list[signals.LogLine]]]
+        self, rt: WorkloadRuntime, batch: list[tuple[sources.Followed, list[signals.LogLine]]], *, tick: bool = True
     ) -> None:
+        """Feed the lines, then one detector tick (``tick=False``: the caller ticks, as the tailing
+        round does); the time-driven checks run once per batch, not after every line."""
+        fed = False
         for f, lines in batch:
             for line in lines:
                 rt.book.consume(f, line)  # first: a decision this line brings about stores it as read
                 await self._feed(rt, line)
+                fed = True
+        if tick and fed and rt.detector is not None:
+            for anomaly in rt.detector.tick():
+                await self._handle(rt, anomaly)
 
     def _first_run_watched(self, job: workloads.JobSnapshot) -> bool:
         """The job's first run (attempt 0) started while this engine was running: its output file
@@ -859,7 +866,7 @@ class Engine:
                                             checkpoint_saved=True, checkpoint_at=line.received_at)
             await self.journal.checkpoint(rt.workload, attempt, line.received_at)
         if rt.detector is not None:
-            for anomaly in rt.detector.feed(line):
+            for anomaly in rt.detector.feed(line, tick=False):
                 await self._handle(rt, anomaly)
             sample = rt.detector.last_progress if rt.detector is not None else None
             if sample is not None and self.journal.progress_due(rt.workload, rt.detector_attempt, sample):
