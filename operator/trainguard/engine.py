@@ -194,6 +194,8 @@ class Engine:
         store.observers[:] = [o for o in store.observers if not isinstance(o, scorecard_watch.ScorecardWatch)]
         store.observers.append(self.scorecard_watch)
         self.metrics.count_workloads(self.workload_states)
+        self._positions_saved_at: float | None = None
+        """When the tailing round last saved the moved read positions (``position_save_interval_s``)."""
         self.unreadable: dict[str, str] = {}
         """Workload -> why its output cannot be read now (``_note_unreadable``): such a workload is
         reported (log, ``trainguard_unreadable_workloads``, status), never silently unmonitored."""
@@ -236,6 +238,11 @@ class Engine:
         pending = [rt.task for rt in self.runtimes.values() if rt.task is not None and not rt.task.done()]
         if pending:
             await asyncio.wait(pending, timeout=30)
+        try:  # the positions the last rounds moved: a restart resumes exactly here
+            await self._save_positions(list(self.runtimes.values()))
+        except Exception as exc:
+            logger.warning("could not save the read positions on stopping (a restart re-reads the last "
+                           "seconds of output): %s", exc)
         for rt in self.runtimes.values():
             rt.book.close()
         self.file_pool.close()
@@ -748,7 +755,10 @@ class Engine:
                     if not running and anomaly.symptom in (vocab.Symptom.HANG, vocab.Symptom.STRAGGLER):
                         continue  # the silence or slowness of a run that is not running is no hang
                     await self._handle(rt, anomaly)
-        await self._save_positions(runtimes)
+        now = self.clock.now()
+        if self._positions_saved_at is None or now - self._positions_saved_at >= self.settings.position_save_interval_s:
+            self._positions_saved_at = now
+            await self._save_positions(runtimes)
         await self.journal.flush()
 
     def _note_unreadable(self, runtimes: Sequence[WorkloadRuntime]) -> None:
