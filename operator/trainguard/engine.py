@@ -194,6 +194,8 @@ class Engine:
         store.observers[:] = [o for o in store.observers if not isinstance(o, scorecard_watch.ScorecardWatch)]
         store.observers.append(self.scorecard_watch)
         self.metrics.count_workloads(self.workload_states)
+        self._positions_saved_at: float | None = None
+        """When the tailing round last saved the moved read positions (``position_save_interval_s``)."""
         self.unreadable: dict[str, str] = {}
         """Workload -> why its output cannot be read now (``_note_unreadable``): such a workload is
         reported (log, ``trainguard_unreadable_workloads``, status), never silently unmonitored."""
@@ -236,6 +238,11 @@ class Engine:
         pending = [rt.task for rt in self.runtimes.values() if rt.task is not None and not rt.task.done()]
         if pending:
             await asyncio.wait(pending, timeout=30)
+        try:  # the positions the last rounds moved: a restart resumes exactly here
+            await self._save_positions(list(self.runtimes.values()))
+        except Exception as exc:
+            logger.warning("could not save the read positions on stopping (a restart re-reads the last "
+                           "seconds of output): %s", exc)
         for rt in self.runtimes.values():
             rt.book.close()
         self.file_pool.close()
@@ -738,17 +745,20 @@ class Engine:
                 await self._place_at_attempt_start(rt, rt.job)
                 self._new_detector(rt, rt.job)  # a policy now covers it (e.g. a RecoveryPolicy appeared)
         # Every file is read concurrently on the pool: a hung file holds up no other workload.
-        batches = await asyncio.gather(*(self._read(rt) for rt in runtimes))
+        batches = await self._read_round(runtimes)
         self._note_unreadable(runtimes)
         for rt, batch in zip(runtimes, batches, strict=True):
-            await self._feed_batch(rt, batch)
+            await self._feed_batch(rt, batch, tick=False)
             if rt.detector is not None:
                 running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt
                 for anomaly in rt.detector.tick():
                     if not running and anomaly.symptom in (vocab.Symptom.HANG, vocab.Symptom.STRAGGLER):
                         continue  # the silence or slowness of a run that is not running is no hang
                     await self._handle(rt, anomaly)
-        await self._save_positions(runtimes)
+        now = self.clock.now()
+        if self._positions_saved_at is None or now - self._positions_saved_at >= self.settings.position_save_interval_s:
+            self._positions_saved_at = now
+            await self._save_positions(runtimes)
         await self.journal.flush()
 
     def _note_unreadable(self, runtimes: Sequence[WorkloadRuntime]) -> None:
@@ -779,6 +789,28 @@ class Engine:
     async def _drain(self, rt: WorkloadRuntime) -> None:
         await self._feed_batch(rt, await self._read(rt))
 
+    async def _read_round(self, runtimes: Sequence[WorkloadRuntime]) -> list[list[tuple[sources.Followed,
+                                                                                       list[signals.LogLine]]]]:
+        """``_read`` of every workload; the output files of all of them in one batch of reads
+        (``tailbook.read_books``: a few thread hand-offs per round, not one per file)."""
+        files: list[int] = []
+        books: list[tailbook.TailBook] = []
+        others: list[int] = []
+        for i, rt in enumerate(runtimes):
+            if rt.detector is not None and isinstance(rt.book, tailbook.TailBook):
+                files.append(i)
+                books.append(rt.book)
+            else:
+                others.append(i)
+        got, rest = await asyncio.gather(tailbook.read_books(books),
+                                         asyncio.gather(*(self._read(runtimes[i]) for i in others)))
+        out: list[list[tuple[sources.Followed, list[signals.LogLine]]]] = [[] for _ in runtimes]
+        for i, batch in zip(files, got, strict=True):
+            out[i] = [(f, lines) for f, lines in batch]
+        for i, theirs in zip(others, rest, strict=True):
+            out[i] = theirs
+        return out
+
     async def _read(self, rt: WorkloadRuntime) -> list[tuple[sources.Followed, list[signals.LogLine]]]:
         """New lines of the workload's files; nothing while none of its attempts runs (see
         ``TailBook.observe_ends``): those lines belong to an earlier attempt."""
@@ -792,12 +824,19 @@ class Engine:
             return []
 
     async def _feed_batch(
-        self, rt: WorkloadRuntime, batch: list[tuple[sources.Followed, list[signals.LogLine]]]
+        self, rt: WorkloadRuntime, batch: list[tuple[sources.Followed, list[signals.LogLine]]], *, tick: bool = True
     ) -> None:
+        """Feed the lines, then one detector tick (``tick=False``: the caller ticks, as the tailing
+        round does); the time-driven checks run once per batch, not after every line."""
+        fed = False
         for f, lines in batch:
             for line in lines:
                 rt.book.consume(f, line)  # first: a decision this line brings about stores it as read
                 await self._feed(rt, line)
+                fed = True
+        if tick and fed and rt.detector is not None:
+            for anomaly in rt.detector.tick():
+                await self._handle(rt, anomaly)
 
     def _first_run_watched(self, job: workloads.JobSnapshot) -> bool:
         """The job's first run (attempt 0) started while this engine was running: its output file
@@ -837,7 +876,7 @@ class Engine:
                                             checkpoint_saved=True, checkpoint_at=line.received_at)
             await self.journal.checkpoint(rt.workload, attempt, line.received_at)
         if rt.detector is not None:
-            for anomaly in rt.detector.feed(line):
+            for anomaly in rt.detector.feed(line, tick=False):
                 await self._handle(rt, anomaly)
             sample = rt.detector.last_progress if rt.detector is not None else None
             if sample is not None and self.journal.progress_due(rt.workload, rt.detector_attempt, sample):

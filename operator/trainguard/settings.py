@@ -23,6 +23,12 @@ class EngineSettings:
     0.25 s bounds the line -> anomaly latency at about settle + 0.25 s."""
     sweep_interval_s: float = 5.0
     """Seconds between two watchdog sweeps for advice past its deadline."""
+    position_save_interval_s: float = 5.0
+    """Seconds between two routine saves of the read positions that moved (one transaction). A
+    position is saved at once with each advice and at each attempt's start, and all of them when
+    the engine stops; after a crash of the process, a restart re-reads at most these seconds of
+    lines that held no decision (never fewer: positions never run ahead of detection). At 10,000
+    workloads a save every tailing round was 4 large write transactions a second."""
     allow_action: bool = False
     """Cluster-wide switch: False forces Monitor mode whatever the policies say (the default:
     nothing is done until an operator turns this on *and* a policy says Action)."""

@@ -131,8 +131,11 @@ class WorkloadDetector:
         self.last_progress: anomalies.Evidence | None = None
         """The latest progress line seen (the engine's signal journal samples it)."""
 
-    def feed(self, line: signals.LogLine) -> list[anomalies.Anomaly]:
-        """Take one clean line; returns anomalies that are due (usually none until the window settles)."""
+    def feed(self, line: signals.LogLine, *, tick: bool = True) -> list[anomalies.Anomaly]:
+        """Take one clean line; returns anomalies that are due (usually none until the window settles).
+
+        ``tick=False``: only take the line; the caller runs ``tick()`` once after a batch of lines
+        (the engine's tailing round), as the time-driven checks need not run after every line."""
         if self._ended:
             return []
         prefix = hosts.parse_prefix(line.text)
@@ -155,7 +158,7 @@ class WorkloadDetector:
             serious = serious or spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
         if not serious:
             self._record_progress(line, prefix)
-        return self.tick()
+        return self.tick() if tick else []
 
     def _record_progress(self, line: signals.LogLine, prefix: hosts.Prefix) -> None:
         found = self._progress.parse(line.text)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
 from trainguard.signals import fileio, resume
-from trainguard.signals.tailer import LogTailer, TailPosition
+from trainguard.signals.tailer import LogTailer, TailPosition, read_many
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +95,7 @@ class TailBook:
 
     async def read(self) -> list[tuple[Followed, list[signals.LogLine]]]:
         """New lines of every file, read concurrently (a stuck file yields none and holds up nothing)."""
-        batches = await asyncio.gather(*(f.tailer.read_new() for f in self.files))
-        return list(zip(self.files, batches, strict=True))
+        return (await read_books([self]))[0]
 
     def consume(self, f: Followed, line: signals.LogLine) -> None:
         """``line`` was handed to detection: a restart resumes after it."""
@@ -169,3 +168,23 @@ class TailBook:
                       mine: Sequence[TailPosition], earlier: Sequence[TailPosition]) -> resume.Start | None:
         """Not used for files: the engine finds the start in the file itself (``signals.resume``)."""
         raise NotImplementedError("the engine resumes files through signals.resume")
+
+
+async def read_books(books: Sequence[TailBook]) -> list[list[tuple[Followed, list[signals.LogLine]]]]:
+    """``TailBook.read`` of many books in one batch of reads (``tailer.read_many``): the tailing
+    round of the engine. A file that cannot be read is logged and yields no lines this round."""
+    snapshot = [list(b.files) for b in books]  # a file added during the reads waits for the next round
+    got = await read_many([f.tailer for files in snapshot for f in files])
+    out: list[list[tuple[Followed, list[signals.LogLine]]]] = []
+    k = 0
+    for b, files in zip(books, snapshot, strict=True):
+        mine: list[tuple[Followed, list[signals.LogLine]]] = []
+        for f in files:
+            lines = got[k]
+            k += 1
+            if isinstance(lines, OSError):
+                logger.warning("cannot read %s of %s: %s", f.path, b.workload, lines)
+                lines = []
+            mine.append((f, lines))
+        out.append(mine)
+    return out

@@ -104,7 +104,8 @@ async def test_a_restarted_engine_resumes_loki_at_the_stored_position(
         await until(book.reader, book.reader.connected.is_set)
         await replay.send_to('{job_id="1001"}', first)
         await until(book.reader, lambda: book.reader.pending() == 2)
-        await h.step()  # the two progress lines are handed to detection; their position is stored
+        await h.step()  # the two progress lines are handed to detection
+        await h.step(settings_mod.EngineSettings().position_save_interval_s)  # ... and their position is stored
         [stored] = await store.tail_positions(scenario.workload_of("1001"))
         assert (stored.offset, stored.inode, stored.lineno) == (T + 10_000, 2, 2)
         book.close()  # the process stops
