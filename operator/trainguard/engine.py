@@ -482,6 +482,7 @@ class Engine:
         )
         if known:
             await self._restore_history(rt)
+            rt.job = job = await self._floor_attempt(job, rt.history)
         self.runtimes[job.workload] = rt
         logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s: %s)", job.workload, job.job_id, job.attempt,
                     job.state.value, name or "-", f", mode {spec.mode.value}" if spec else ", NOT COVERED",
@@ -491,6 +492,23 @@ class Engine:
             await self._open_tailers(rt, resume_from=resume_from)
         await self._update(rt, job, first=True)
         rt.ready = True
+
+    async def _floor_attempt(
+        self, job: workloads.JobSnapshot, history: ledger.WorkloadHistory
+    ) -> workloads.JobSnapshot:
+        """The job as its adapter sees it once told the highest attempt we recorded, for an adapter
+        that counts some restarts in memory only (``schedulers.base.AttemptFloor``); otherwise ``job``.
+        A scheduler error leaves ``job`` as it was (tracked all the same, and logged)."""
+        recorded = max((record.attempt for record in history.attempts), default=0)
+        if job.attempt >= recorded or not isinstance(self.scheduler, base.AttemptFloor):
+            return job
+        try:
+            await self.scheduler.floor_attempt(job.job_id, recorded)
+            return await self.scheduler.get_job(job.job_id)
+        except base.SchedulerError as exc:
+            logger.warning("%s: attempt %d recorded, the scheduler reports %d and could not be told: %s",
+                           job.workload, recorded, job.attempt, exc)
+            return job
 
     async def _restore_history(self, rt: WorkloadRuntime) -> None:
         """A workload an earlier run of ours tracked: its policy history and which of its attempts

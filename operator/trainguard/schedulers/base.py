@@ -9,7 +9,7 @@ is success, not an error. Errors that mean "cannot do this here" raise
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from trainguard.model import workloads
 
@@ -70,3 +70,15 @@ class Scheduler(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class AttemptFloor(Protocol):
+    """An adapter whose attempt count lives partly in its own memory (a Kubeflow PyTorchJob: the
+    training-operator re-creates a failed pod under its own name, and nothing on the cluster counts
+    that restart). After a restart of ours the engine hands it the highest attempt the audit store
+    recorded for the job, so the attempt it reports never goes back below one already judged."""
+
+    async def floor_attempt(self, job_id: str, attempt: int) -> None:
+        """Report at least ``attempt`` for ``job_id`` from now on (no effect when it already does)."""
+        ...

@@ -60,6 +60,11 @@ class CompositeScheduler:
             return child
         raise base.JobGone(f"no scheduler of {self.name} knows job {job_id}")
 
+    async def floor_attempt(self, job_id: str, attempt: int) -> None:
+        child = await self._child_of(job_id)
+        if isinstance(child, base.AttemptFloor):
+            await child.floor_attempt(job_id, attempt)
+
     async def get_job(self, job_id: str) -> workloads.JobSnapshot:
         return await (await self._child_of(job_id)).get_job(job_id)
 

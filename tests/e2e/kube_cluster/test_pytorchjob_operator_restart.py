@@ -8,16 +8,18 @@ recorded before, so the next failure is judged as a new attempt, not as one alre
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.kube_cluster.harness import POLICY, XID, install, lines_read, operator_running, until
+from tests.e2e.kube_cluster.harness import POLICY, WAIT_S, XID, install, lines_read, operator_running, until
 from tests.e2e.kube_cluster.test_pytorchjob_recovery import live_pods
 from tests.support.kube_cluster import SimCluster
 from trainguard.k8s.kubejobs import common
 from trainguard.model import vocab
+from trainguard.store import audit, database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.kube_cluster, pytest.mark.timeout(600)]
 
@@ -58,19 +60,23 @@ async def test_a_failure_after_a_restart_of_the_operator_is_judged_as_a_new_atte
         sim.write_pod_log(ns, worker0["metadata"]["name"], [XID])
         sim.fail_pod(ns, worker0["metadata"]["name"], exit_code=137, reason="Error", message="killed")
 
-        async def two_advices() -> bool:
-            recorded = await op.recovery(wid)
-            return len([r for r in recorded.records if r.kind == vocab.AuditKind.ADVICE]) >= 2
+        store = await database.open_store(op.db_url)
+        try:
+            async def advices() -> list[audit.AuditRecord]:
+                return await store.audit_records(workload=wid, kind=vocab.AuditKind.ADVICE)
 
-        loop_deadline = 120.0
-        import asyncio
-        deadline = asyncio.get_running_loop().time() + loop_deadline
-        while not await two_advices():
-            assert asyncio.get_running_loop().time() < deadline, [
-                (r.kind.value, r.attempt, r.payload.get("symptom") or r.payload.get("action") or r.payload.get("step"),
-                 r.payload.get("disposition")) for r in (await op.recovery(wid)).records]
-            await asyncio.sleep(0.5)
-        recorded = await op.recovery(wid)
-        advices = [r for r in recorded.records if r.kind == vocab.AuditKind.ADVICE]
-        assert advices[1].attempt == 1, recorded.trail
-        assert advices[1].payload["exclude_nodes"] == [worker0["spec"]["nodeName"]], recorded.trail
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + WAIT_S
+            while len(await advices()) < 2:
+                assert loop.time() < deadline, [
+                    (r.kind.value, r.attempt, r.payload.get("symptom") or r.payload.get("action"))
+                    for r in await store.audit_records(workload=wid)]
+                await asyncio.sleep(0.5)
+            first_advice, again = await advices()
+            assert (first_advice.attempt, again.attempt) == (0, 1)
+            # judged as attempt 1: the second attempt in a row without a checkpoint (the policy's
+            # default budget is 2), so a retry cannot make progress
+            assert again.payload["action"] == "stop", again.payload["reasons"]
+            assert any("2 attempts in a row without a new checkpoint" in r for r in again.payload["reasons"])
+        finally:
+            await store.close()

@@ -70,9 +70,9 @@ class Replacements:
     Fed with every version of the workload's pods the adapter sees (watch events and fresh reads).
     Why pod uids and not a status field: the training-operator keeps no restart counter (its
     ``replicaStatuses`` are recounted from the current pods) and a re-created pod carries no trace
-    of its predecessor. The book lives in the adapter's memory, so a restart of ours forgets the
-    replacements made before it (the attempt seen then can be lower than the one recorded;
-    docs/kubernetes-workloads.md)."""
+    of its predecessor. The book lives in the adapter's memory; after a restart of ours the engine
+    raises it to the highest attempt the audit store recorded (``KubeScheduler.floor_attempt``), so
+    only re-creations made while we were down go uncounted (docs/kubernetes-workloads.md)."""
 
     count: int = 0
     pods: dict[str, tuple[str, bool]] = field(default_factory=dict)

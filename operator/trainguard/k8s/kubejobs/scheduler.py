@@ -203,6 +203,20 @@ class KubeScheduler:
         return common.snapshot(kind, obj, pods, excluded, self._failures.get(job_id),
                                fewest_nodes=common.min_nodes(pods, node_list), replaced=self._replaced(job_id))
 
+    async def floor_attempt(self, job_id: str, attempt: int) -> None:
+        """After a restart of ours: count as many re-creations of the workload's pods as it takes to
+        report ``attempt`` (the highest one the audit store recorded). The re-creations made before
+        our restart left no trace on the cluster; without this the attempt would go back to one
+        already judged, and the next failure would be taken for that attempt's."""
+        kind, _, _, _ = await self._read(job_id)
+        if not kind.counts_replacements:
+            return
+        deficit = attempt - (await self.get_job(job_id)).attempt
+        if deficit > 0:
+            self._replacements.setdefault(job_id, pytorchjob.Replacements()).count += deficit
+            logger.info("%s: %d restart(s) of its own made before our restart counted from the audit store "
+                        "(attempt %d)", job_id, deficit, attempt)
+
     def _replaced(self, job_id: str) -> int:
         book = self._replacements.get(job_id)
         return book.count if book is not None else 0
