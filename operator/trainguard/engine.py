@@ -350,6 +350,9 @@ class Engine:
         await self._track_all(delta.new)
         for job in (*delta.changed, *delta.finished):
             rt = self.runtimes.get(job.workload)
+            if rt is not None and job.incarnation and rt.job.incarnation and job.incarnation != rt.job.incarnation:
+                await self._drop_incarnation(rt)
+                rt = None
             if rt is None:
                 await self._track_all([job])
                 continue
@@ -465,10 +468,18 @@ class Engine:
             return
         spec, errors, route = self._effective_spec(job, opt_in)
         name = route.policy or opt_in.policy_name or ""
+        if known and job.incarnation:
+            retired = await self.store.retire_incarnation(job.workload, incarnation=job.incarnation, at=now)
+            if retired is not None:
+                # Deleted and created again under the same name: a new job, whose history is not the
+                # old one's (that continues under the retired id).
+                logger.warning("%s is a new object (uid %s): the previous one's history is kept as %s",
+                               job.workload, job.incarnation, retired)
+                known = False
         with self.store.grouped():  # shares a commit with the other new jobs of this round
             await self.store.upsert_workload(
                 workload=job.workload, scheduler=self.scheduler.name, job_id=job.job_id, at=now, policy=name,
-                comment=job.comment[:1024], opt_in_errors=errors, state=job.state.value,
+                comment=job.comment[:1024], opt_in_errors=errors, state=job.state.value, incarnation=job.incarnation,
             )
         if errors:
             logger.warning("workload %s: %s", job.workload, "; ".join(errors))
@@ -744,6 +755,21 @@ class Engine:
             if rt.finished_at is not None and not busy and now - rt.finished_at >= self.settings.finished_grace_s:
                 self.runtimes.pop(name, None)
                 await self._close(rt, f"finished ({rt.job.state.value})")
+
+    async def _drop_incarnation(self, rt: WorkloadRuntime) -> None:
+        """Stop following a workload's object that was deleted and created again under the same id
+        before we saw it go: its recovery in flight (if any) is cancelled, as it would act on the new
+        object, and the newcomer is tracked afresh (``_track`` retires the old history)."""
+        if rt.task is not None and not rt.task.done():
+            rt.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await rt.task
+        self.runtimes.pop(rt.workload, None)
+        rt.book.close()
+        self.journal.forget(rt.workload)
+        self.unreadable.pop(rt.workload, None)
+        logger.info("no longer tracking %s as object %s: a new object took its id", rt.workload,
+                    rt.job.incarnation)
 
     async def _close(self, rt: WorkloadRuntime, why: str) -> None:
         rt.book.close()

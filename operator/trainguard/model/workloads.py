@@ -68,6 +68,10 @@ class JobSnapshot(BaseModel):
     """Slurm quality of service; ``selector.qos``."""
     namespace: str = ""
     """Kubernetes namespace of a Kubernetes workload (empty for Slurm); ``selector.namespaces``."""
+    incarnation: str = ""
+    """Which object the workload id names now, where the scheduler says (a Kubernetes object's
+    ``metadata.uid``; empty for Slurm). A workload deleted and created again under the same name
+    has the same id and a new incarnation: its history is not its predecessor's."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Kubernetes labels of a Kubernetes workload (empty for Slurm); ``selector.labels``."""
     stdout_path: str | None = None

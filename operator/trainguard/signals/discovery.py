@@ -62,10 +62,13 @@ class DiscoveryState:
     jobs: dict[str, Tracked] = field(default_factory=dict)
     forgotten: dict[str, int] = field(default_factory=dict)
     """job id -> attempt that was forgotten; that run stays silent while Slurm still lists it."""
+    forgotten_incarnation: dict[str, str] = field(default_factory=dict)
+    """job id -> the object forgotten under it (``JobSnapshot.incarnation``, where known): another
+    object under the same id is a new job, whatever its attempt."""
 
 
 def _differs(a: workloads.JobSnapshot, b: workloads.JobSnapshot) -> bool:
-    return (a.state, a.attempt, a.nodes) != (b.state, b.attempt, b.nodes)
+    return (a.state, a.attempt, a.nodes, a.incarnation) != (b.state, b.attempt, b.nodes, b.incarnation)
 
 
 def compare(state: DiscoveryState, listing: Iterable[workloads.JobSnapshot], now: float) -> DiscoveryDelta:
@@ -80,9 +83,11 @@ def compare(state: DiscoveryState, listing: Iterable[workloads.JobSnapshot], now
     for job_id, snap in current.items():
         forgotten_attempt = state.forgotten.get(job_id)
         if forgotten_attempt is not None:
-            if snap.attempt <= forgotten_attempt:
+            was = state.forgotten_incarnation.get(job_id, "")
+            if snap.attempt <= forgotten_attempt and not (was and snap.incarnation and snap.incarnation != was):
                 continue
-            del state.forgotten[job_id]  # requeued after we let go: a new run to follow
+            del state.forgotten[job_id]  # requeued after we let go, or a new object: a new run to follow
+            state.forgotten_incarnation.pop(job_id, None)
         tracked = state.jobs.get(job_id)
         if tracked is None:
             tracked = state.jobs[job_id] = Tracked(snap, now)
@@ -104,6 +109,7 @@ def compare(state: DiscoveryState, listing: Iterable[workloads.JobSnapshot], now
     for job_id in list(state.forgotten):
         if job_id not in current:
             del state.forgotten[job_id]
+            state.forgotten_incarnation.pop(job_id, None)
     return DiscoveryDelta(now, tuple(new), tuple(changed), tuple(finished), tuple(gone), tuple(restarted))
 
 
@@ -125,6 +131,8 @@ class JobDiscovery:
         tracked = self.state.jobs.pop(job_id, None)
         if tracked is not None:
             self.state.forgotten[job_id] = tracked.snapshot.attempt
+            if tracked.snapshot.incarnation:
+                self.state.forgotten_incarnation[job_id] = tracked.snapshot.incarnation
 
     def retry(self, job_id: str) -> None:
         """The engine could not start tracking this job (e.g. the store timed out): report it as new

@@ -22,7 +22,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
@@ -115,6 +115,7 @@ class WorkloadRecord(BaseModel):
     state: str
     first_seen: float
     last_seen: float
+    incarnation: str = ""
 
 
 class NodeImplication(BaseModel):
@@ -388,9 +389,10 @@ class AuditStore:
 
     async def upsert_workload(
         self, *, workload: str, scheduler: str, job_id: str, at: float, policy: str = "", comment: str = "",
-        opt_in_errors: Iterable[str] = (), state: str = "",
+        opt_in_errors: Iterable[str] = (), state: str = "", incarnation: str = "",
     ) -> None:
-        """Create or refresh a tracked workload (first_seen is kept, last_seen moves)."""
+        """Create or refresh a tracked workload (first_seen is kept, last_seen moves; an empty
+        ``incarnation`` keeps the stored one)."""
 
         async def work(session: AsyncSession) -> None:
             row = await session.get(tables.Workload, workload)
@@ -400,8 +402,68 @@ class AuditStore:
                 session.add(row)
             row.scheduler, row.job_id, row.policy, row.comment = scheduler, job_id, policy, comment
             row.opt_in_errors, row.state, row.last_seen = list(opt_in_errors), state, when
+            if incarnation:
+                row.incarnation = incarnation
 
         await self._transaction(work)
+
+    async def retire_incarnation(self, workload: str, *, incarnation: str, at: float) -> str | None:
+        """A new object under ``workload``'s id (``incarnation`` differs from the stored one): move
+        the predecessor's history to a retired id and return that id; None when there is nothing to
+        retire (unknown workload, same or first recorded incarnation).
+
+        Every row keyed by the workload (attempts, anomalies, verdicts, advice, actions, outcomes,
+        node incidents, read positions, scorecard snapshots, journal) moves, so the newcomer starts
+        with no retries used, no advised attempt and no read position of the old one's, and goodput
+        and the scorecard count the two apart. The predecessor's recoveries still open are closed
+        (Abandoned). The audit log is append-only and stays under the id it was written with; a
+        ``watchdog`` record there names the retired id."""
+
+        async def work(session: AsyncSession) -> str | None:
+            row = await session.get(tables.Workload, workload)
+            if row is None or not incarnation or row.incarnation == incarnation:
+                return None
+            if not row.incarnation:  # tracked before incarnations were recorded: nothing to tell apart
+                row.incarnation = incarnation
+                return None
+            previous, when = row.incarnation, to_datetime(at)
+            retired = _retired_id(workload, previous)
+            suffix = 1
+            while await session.get(tables.Workload, retired) is not None:
+                retired, suffix = _retired_id(workload, f"{previous}.{suffix}"), suffix + 1
+            session.add(tables.Workload(
+                id=retired, scheduler=row.scheduler, job_id=row.job_id, policy=row.policy, comment=row.comment,
+                opt_in_errors=list(row.opt_in_errors), state=row.state, first_seen=row.first_seen,
+                last_seen=row.last_seen, incarnation=previous))
+            await session.flush()
+            detail = f"the workload was deleted and created again (object {incarnation}): not carried out"
+            advice_rows = (await session.execute(
+                sa.select(tables.AdviceRow).where(tables.AdviceRow.workload == workload))).scalars().all()
+            for item in advice_rows:
+                if item.disposition == vocab.Disposition.PENDING.value:
+                    session.add(tables.OutcomeRow(
+                        advice_id=item.id, workload=workload, attempt=item.attempt, generation=item.generation,
+                        disposition=vocab.Disposition.ABANDONED.value, detail=detail,
+                        decided_by=vocab.Decider.WATCHDOG.value, at=when))
+                    item.disposition, item.updated_at = vocab.Disposition.ABANDONED.value, when
+                    self._log(session, at=at, workload=workload, attempt=item.attempt, kind=vocab.AuditKind.OUTCOME,
+                              payload={"disposition": vocab.Disposition.ABANDONED.value, "detail": detail,
+                                       "generation": item.generation, "action": item.action},
+                              decided_by=vocab.Decider.WATCHDOG.value)
+                item.payload = {**item.payload, "workload": retired}
+            await session.flush()
+            for table in _RETIRED_WITH_THE_WORKLOAD:
+                await session.execute(sa.update(table).where(table.workload == workload).values(workload=retired)
+                                      .execution_options(synchronize_session=False))
+            row.incarnation = incarnation
+            self._log(session, at=at, workload=workload, attempt=None, kind=vocab.AuditKind.WATCHDOG,
+                      payload={"reason": f"a new object under this id (uid {incarnation}): the history of the "
+                                         f"previous one (uid {previous}) continues as {retired}",
+                               "retired_as": retired, "previous_incarnation": previous, "incarnation": incarnation},
+                      decided_by=vocab.Decider.WATCHDOG.value)
+            return retired
+
+        return await self._transaction(work)
 
     async def set_workload_state(self, workload: str, state: str, *, at: float) -> None:
         """The scheduler's current state of a tracked workload, as the API and console list it."""
@@ -421,7 +483,7 @@ class AuditStore:
             return WorkloadRecord(
                 id=row.id, scheduler=row.scheduler, job_id=row.job_id, policy=row.policy, comment=row.comment,
                 opt_in_errors=list(row.opt_in_errors), state=row.state,
-                first_seen=to_epoch(row.first_seen), last_seen=to_epoch(row.last_seen),
+                first_seen=to_epoch(row.first_seen), last_seen=to_epoch(row.last_seen), incarnation=row.incarnation,
             )
 
     async def job_id_of(self, workload: str) -> str | None:
@@ -1116,3 +1178,20 @@ class AuditStore:
             )
             for r in rows
         ]
+
+
+_RETIRED_WITH_THE_WORKLOAD: Final = (
+    tables.Attempt, tables.AnomalyRow, tables.VerdictRow, tables.AdviceRow, tables.ActionRow, tables.OutcomeRow,
+    tables.NodeHistoryRow, tables.TailPositionRow, tables.ScorecardSnapshotRow, tables.JournalRow,
+)
+"""The tables whose rows of a workload move with its history when a new object takes its id
+(``AuditStore.retire_incarnation``); the audit log is not among them: it is never rewritten."""
+
+
+def _retired_id(workload: str, incarnation: str) -> str:
+    """``WORKLOAD@UID``, within the id column's length (the workload part shortened, then hashed)."""
+    retired = f"{workload}@{incarnation}"
+    if len(retired) <= tables.ID_LEN:
+        return retired
+    digest = hashlib.sha256(retired.encode()).hexdigest()[:16]
+    return f"{workload[: tables.ID_LEN - len(digest) - 2]}@{digest}"

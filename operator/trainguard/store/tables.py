@@ -98,6 +98,9 @@ class Workload(Base):
     state: orm.Mapped[str] = orm.mapped_column(sa.String(32), default="")
     first_seen: orm.Mapped[datetime.datetime]
     last_seen: orm.Mapped[datetime.datetime]
+    incarnation: orm.Mapped[str] = orm.mapped_column(sa.String(128), default="", server_default="")
+    """The object the id named when last tracked (``JobSnapshot.incarnation``, migration 0012); a
+    new one retires this history under another id (``AuditStore.retire_incarnation``)."""
 
 
 class Attempt(Base):

@@ -1,11 +1,11 @@
-"""A workload id used again by a new job (a Kubernetes workload deleted and created again under the
-same name; a Slurm job id reused after the controller's state was reset) is a new incarnation: its
-failures must be judged on their own, not as attempts its predecessor already had advised.
+"""A workload id used again by a new object is a new incarnation: its failures are judged on their
+own, not as attempts its predecessor already had advised.
 
-Known defect, kept as a strict xfail so that it turns into a failure of the suite the day it is
-fixed (then drop the mark): the store keeps one history per workload id, and the engine resumes
-the predecessor's (advised attempts, retries used, read positions) for the newcomer
-(docs/kubernetes-workloads.md, "Not done yet")."""
+Where the scheduler tells objects apart (``JobSnapshot.incarnation``: a Kubernetes object's uid,
+for a JobSet deleted and created again under its name), the predecessor's history moves to a
+retired id and the newcomer starts afresh, whether the engine saw the old one go or not. Where it
+cannot (a Slurm job id reused after the controller's state was reset), the known defect stays: a
+strict xfail, so that the suite notices the day it is fixed."""
 
 from __future__ import annotations
 
@@ -15,25 +15,63 @@ from tests.unit.engine import scenario
 from trainguard.model import vocab, workloads
 
 
-@pytest.mark.xfail(strict=True, reason="one history per workload id: a new incarnation resumes its predecessor's")
-async def test_a_new_job_under_a_used_workload_id_is_judged_on_its_own(make_harness: scenario.MakeHarness) -> None:
-    h = await make_harness(finished_grace_s=30.0)
-    h.submit("90")
-    h.write("90", *scenario.ranked(1, scenario.XID_79))
-    await h.step()
+async def fail_with_an_xid(h: scenario.Harness, job_id: str) -> None:
+    h.write(job_id, *scenario.ranked(1, scenario.XID_79))
+    await h.step(1)
     await h.settle()
+
+
+async def first_incarnation_recovered_then_gone(h: scenario.Harness, **fields: str) -> None:
+    h.submit("90", comment="trainguard", **fields)  # the Monitor policy: advice only, the job stays as it is
+    await h.step()
+    await fail_with_an_xid(h, "90")
     assert [a["attempt"] for a in await h.advice("90")] == [0]
-    h.change("90", state=workloads.JobState.COMPLETED, exit_code=0)
+    h.change("90", state=workloads.JobState.FAILED, exit_code=1)
     await h.step(1)
     await h.step(60)  # past finished_grace_s: forgotten by the engine, kept by the store
     del h.scheduler.jobs["90"]
     await h.step(1)
-
     h.output("90").unlink()  # the newcomer writes its own output from its first byte
-    h.submit("90")  # attempt 0 again
+
+
+async def test_a_new_object_under_a_known_id_is_judged_on_its_own(make_harness: scenario.MakeHarness) -> None:
+    h = await make_harness(finished_grace_s=30.0)
+    await first_incarnation_recovered_then_gone(h, incarnation="uid-a")
+
+    h.submit("90", comment="trainguard", incarnation="uid-b")  # attempt 0 again
     await h.step(1)
-    h.write("90", *scenario.ranked(1, scenario.XID_79))
+    await fail_with_an_xid(h, "90")
+    newcomer = await h.store.attempt_facts(scenario.workload_of("90"))
+    assert [(f.attempt, [g for g, _, _ in f.advice]) for f in newcomer] == [(0, [1])]
+    retired = f"{scenario.workload_of('90')}@uid-a"
+    assert [(f.attempt, [g for g, _, _ in f.advice]) for f in await h.store.attempt_facts(retired)] == [(0, [1])]
+    # the audit log keeps both under the id, and the retirement between them
+    kinds = await h.kinds("90")
+    assert kinds.count("anomaly") == 2 and kinds.count("advice") == 2 and "watchdog" in kinds
+
+
+async def test_a_new_object_seen_while_the_old_one_is_still_tracked_replaces_it(
+        make_harness: scenario.MakeHarness) -> None:
+    """Deleted and created again between two discovery rounds: the engine never saw the old one go."""
+    h = await make_harness()
+    h.submit("91", comment="trainguard", incarnation="uid-a")
+    await h.step()
+    await fail_with_an_xid(h, "91")
+    h.output("91").unlink()
+    h.change("91", incarnation="uid-b", attempt=0)
     await h.step(1)
-    await h.settle()
+    assert h.runtime("91").job.incarnation == "uid-b"
+    await fail_with_an_xid(h, "91")
+    advice = await h.records("91", vocab.AuditKind.ADVICE)
+    assert [r.attempt for r in advice] == [0, 0]
+    assert await h.store.get_advice(f"{scenario.workload_of('91')}@uid-a", 0, 1) is not None
+
+
+@pytest.mark.xfail(strict=True, reason="no incarnation from Slurm: a reused job id resumes its predecessor's history")
+async def test_a_reused_slurm_job_id_is_judged_on_its_own(make_harness: scenario.MakeHarness) -> None:
+    h = await make_harness(finished_grace_s=30.0)
+    await first_incarnation_recovered_then_gone(h)
+    h.submit("90", comment="trainguard")
+    await h.step(1)
+    await fail_with_an_xid(h, "90")
     assert len(await h.records("90", vocab.AuditKind.ANOMALY)) == 2
-    assert len(await h.advice("90")) == 2

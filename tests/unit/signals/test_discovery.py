@@ -86,3 +86,20 @@ def test_compare_is_pure_over_state() -> None:
     assert ids(first.new) == ["1"] and state.jobs["1"].first_seen == 10.0
     again = discovery.compare(state, [job("1", nodes=("node3",))], 11.0)
     assert ids(again.changed) == ["1"] and state.jobs["1"].first_seen == 10.0
+
+
+async def test_a_new_object_under_a_forgotten_id_is_a_new_job() -> None:
+    """A JobSet deleted and created again under its name (a new uid) while the old one was still
+    listed as forgotten: the newcomer is reported, though its attempt is not above the forgotten one."""
+    c = clock.ManualClock()
+    lst = Listing()
+    d = discovery.JobDiscovery(lst, c)
+    lst.jobs = [job("1").model_copy(update={"incarnation": "uid-a", "state": S.FAILED})]
+    await d.poll()
+    d.forget("1")
+    assert (await d.poll()).empty  # the forgotten run stays silent
+    lst.jobs = [job("1").model_copy(update={"incarnation": "uid-b"})]
+    assert ids((await d.poll()).new) == ["1"]
+    # and a tracked job whose object changed under it is reported as changed
+    lst.jobs = [job("1").model_copy(update={"incarnation": "uid-c"})]
+    assert ids((await d.poll()).changed) == ["1"]

@@ -114,6 +114,8 @@ class KubeScheduler:
         """Last failed container seen per workload: the pod may be deleted by its restart before we read it."""
         self._replacements: dict[str, pytorchjob.Replacements] = {}
         """Per workload of a ``counts_replacements`` kind: its pods re-created after a failure."""
+        self._uids: dict[str, str] = {}
+        """The uid each workload id was last read with: a new one is a new object under the same name."""
         self._synced: dict[str, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.changed = asyncio.Event()
@@ -188,6 +190,7 @@ class KubeScheduler:
                 pods = [p for (ns, _), p in self._pods[kind_name].items()
                         if ns == namespace and common.labels(p).get(kind.pod_selector_key) == name]
                 wid = common.workload_id(namespace, kind.kind, name)
+                self._note_object(wid, obj)
                 fewest = common.min_nodes(pods, list(self._nodes.values()))
                 found.append(common.snapshot(kind, obj, pods, excluded, self._failures.get(wid), fewest_nodes=fewest,
                                              replaced=self._replaced(wid)))
@@ -195,6 +198,7 @@ class KubeScheduler:
 
     async def get_job(self, job_id: str) -> workloads.JobSnapshot:
         kind, namespace, name, obj = await self._read(job_id)
+        self._note_object(job_id, obj)
         pods = await self._list_pods(kind, namespace, name)
         for pod in pods:
             self._note_failure(kind, pod)
@@ -216,6 +220,18 @@ class KubeScheduler:
             self._replacements.setdefault(job_id, pytorchjob.Replacements()).count += deficit
             logger.info("%s: %d restart(s) of its own made before our restart counted from the audit store "
                         "(attempt %d)", job_id, deficit, attempt)
+
+    def _note_object(self, job_id: str, obj: common.Obj) -> None:
+        """A workload read with a uid other than the last one is a new object under the same name
+        (deleted and created again): what we remembered of the old one's pods is not its."""
+        uid = str(common.meta(obj).get("uid") or "")
+        if not uid:
+            return
+        if self._uids.get(job_id, uid) != uid:
+            self._replacements.pop(job_id, None)
+            self._failures.pop(job_id, None)
+            self._seen_nodes.pop(job_id, None)
+        self._uids[job_id] = uid
 
     def _replaced(self, job_id: str) -> int:
         book = self._replacements.get(job_id)
