@@ -491,8 +491,12 @@ class Shell:
                 await self.reconcile()
             except asyncio.CancelledError:
                 raise
+            except client.API_ERRORS as exc:
+                # The API or the network hiccuped (a 429 while the apiserver's storage initialises, a
+                # timeout): one line, not a traceback; the next round recomputes everything.
+                logger.warning("reconcile round failed: %s; retrying in %.1f s", client.message_of(exc),
+                               self.config.status_interval_s)
             except Exception:
-                # The API or the network hiccuped: the next round recomputes everything.
                 logger.exception("reconcile round failed; retrying in %.1f s", self.config.status_interval_s)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=self.config.status_interval_s)
