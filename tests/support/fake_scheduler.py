@@ -139,7 +139,8 @@ class FakeScheduler:
         if not self._call("exclude_nodes", job_id, tuple(nodes)):
             return
         job = self._job(job_id)
-        if job.state is not workloads.JobState.PENDING:
+        if job.state is not workloads.JobState.PENDING and not job.exclusions_while_running:
+            # Slurm's rule; a job that says otherwise plays a Kubernetes workload (node taints)
             raise base.SchedulerError(f"Job {job_id} is not pending: ExcNodeList can only change while pending")
         unknown = sorted(set(nodes) - set(self.nodes))
         if unknown:

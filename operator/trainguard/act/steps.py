@@ -131,7 +131,10 @@ def unmet(item: advice.Advice, seen: Observation) -> list[str]:
             if job.held:
                 missing.append("job is held")
             absent = sorted(set(item.exclude_nodes) - set(job.excluded_nodes))
-            running_clear = job.state is workloads.JobState.RUNNING and not set(job.nodes) & set(item.exclude_nodes)
+            # A job already running off the nodes needs no exclusion, unless the exclusion still keeps
+            # its next restart off them (``exclusions_while_running``: a Kubernetes node taint).
+            running_clear = (job.state is workloads.JobState.RUNNING and not set(job.nodes) & set(item.exclude_nodes)
+                             and not job.exclusions_while_running)
             if absent and not running_clear:
                 missing.append(f"nodes not excluded: {', '.join(absent)}")
         case vocab.AdviceAction.HOLD:

@@ -68,6 +68,11 @@ class JobSnapshot(BaseModel):
     """Slurm quality of service; ``selector.qos``."""
     namespace: str = ""
     """Kubernetes namespace of a Kubernetes workload (empty for Slurm); ``selector.namespaces``."""
+    exclusions_while_running: bool = False
+    """Whether the scheduler can exclude nodes for this job while it runs, and the exclusion still
+    matters then: on Kubernetes it is a cordon + taint of the node, which keeps the workload's next
+    restart (its own, e.g. a re-created PyTorchJob Worker) off it. A Slurm ``ExcNodeList`` is set on
+    pending jobs only, so a requeued job already running elsewhere needs none."""
     incarnation: str = ""
     """Which object the workload id names now, where the scheduler says (a Kubernetes object's
     ``metadata.uid``; empty for Slurm). A workload deleted and created again under the same name

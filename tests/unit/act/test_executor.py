@@ -79,6 +79,22 @@ async def test_already_satisfied_touches_nothing(make_executor, scheduler, store
     assert await rows(store) == {}
 
 
+async def test_a_job_restarted_by_itself_elsewhere_is_still_kept_off_the_node_where_exclusions_outlive_it(
+        make_executor, scheduler, store, advise):
+    """A PyTorchJob's training-operator re-created the failed Worker elsewhere before the advice was
+    carried out: on Kubernetes the exclusion (a taint) still keeps its next restart off the node, so
+    it is made; the restart itself is the job's own and is not repeated."""
+    scheduler.jobs[JOB_ID] = scheduler.jobs[JOB_ID].model_copy(update={
+        "attempt": 1, "state": workloads.JobState.RUNNING, "nodes": ["node3"], "exclusions_while_running": True})
+
+    disposition = await make_executor.reconcile(advise(REQUEUE, exclude_nodes=["node2"]))
+
+    assert disposition is vocab.Disposition.CONVERGED
+    assert ops(scheduler) == ["exclude_nodes"]
+    assert scheduler.jobs[JOB_ID].excluded_nodes == ["node2"]
+    assert (await rows(store))["exclude_nodes"].status is actions.ActionStatus.DONE
+
+
 async def test_hold_holds_a_pending_job(make_executor, scheduler, advise):
     scheduler.jobs[JOB_ID] = scheduler.jobs[JOB_ID].model_copy(update={"state": workloads.JobState.PENDING})
 

@@ -42,6 +42,10 @@ def test_unmet_explains_what_is_missing():
     assert steps.unmet(want, steps.Observation(requeued)) == ["job is held"]
     running_elsewhere = job(attempt=3, state=workloads.JobState.RUNNING, nodes=["good"])
     assert steps.unmet(want, steps.Observation(running_elsewhere)) == []
+    # On Kubernetes the exclusion (a node taint) still keeps the next restart off the node: a
+    # workload that restarted itself elsewhere before we acted still needs it.
+    restarted_by_itself = running_elsewhere.model_copy(update={"exclusions_while_running": True})
+    assert steps.unmet(want, steps.Observation(restarted_by_itself)) == ["nodes not excluded: bad"]
     drained = steps.Observation(job(state=workloads.JobState.CANCELLED),
                                 {"n1": workloads.NodeSnapshot(name="n1", state="DRAIN", drained=True)})
     assert steps.unmet(item(vocab.AdviceAction.STOP, drain_nodes=["n1", "n2"]), drained) == ["node n2 not drained"]

@@ -237,7 +237,7 @@ def snapshot(kind: Kind, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any
         attempt=kind.own_attempts(obj, current) + replaced + our_restarts(obj),
         nodes=nodes, excluded_nodes=sorted(set(excluded)),
         comment=comment_of(obj) or "",
-        namespace=namespace, labels=labels(obj), incarnation=str(md.get("uid") or ""),
+        namespace=namespace, labels=labels(obj), incarnation=str(md.get("uid") or ""), exclusions_while_running=True,
         stdout_path=f"{PREFIX}://{namespace}/{kind.kind}/{name}", stderr_path=None,
         held=suspended and state is workloads.JobState.PENDING,
         hold_reason=SUSPENDED_HOLD if suspended else "",
