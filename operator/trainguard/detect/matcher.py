@@ -248,20 +248,7 @@ class Matcher:
         """
         if self.engine != "hyperscan":
             return None
-        starts: set[int] = set()
-        last = [-1, -1]  # the last line recorded: its start and the start of the next one
-
-        def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
-            offset = end - 1 if end > 0 else 0
-            if last[0] <= offset < last[1]:
-                return  # another match on the line just recorded
-            line_start = block.rfind(b"\n", 0, offset) + 1
-            starts.add(line_start)
-            newline = block.find(b"\n", offset)
-            last[0], last[1] = line_start, newline + 1 if newline >= 0 else len(block) + 1
-
-        self._hs_chunk.scan(block, match_event_handler=on_match)
-        return starts
+        return line_starts(self._hs_chunk, block)
 
     def extract(self, pattern_id: str, line: str) -> dict[str, str]:
         """The pattern's ``extract`` fields found in ``line`` (first match of each), e.g. host, rank."""
@@ -375,3 +362,22 @@ class Matcher:
                 if newline < 0:
                     break
                 position = newline + 1
+
+
+def line_starts(database: Any, data: bytes) -> set[int]:
+    """Start offsets of the lines of ``data`` on which a match of the Hyperscan block ``database``
+    ends (one scan call; several matches on one line cost one ``rfind``)."""
+    starts: set[int] = set()
+    last = [-1, -1]  # the last line recorded: its start and the start of the next one
+
+    def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
+        offset = end - 1 if end > 0 else 0
+        if last[0] <= offset < last[1]:
+            return  # another match on the line just recorded
+        line_start = data.rfind(b"\n", 0, offset) + 1
+        starts.add(line_start)
+        newline = data.find(b"\n", offset)
+        last[0], last[1] = line_start, newline + 1 if newline >= 0 else len(data) + 1
+
+    database.scan(data, match_event_handler=on_match)
+    return starts

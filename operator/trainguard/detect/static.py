@@ -186,24 +186,6 @@ def _trouble_database() -> Any:
     return database
 
 
-def _line_starts(database: Any, data: bytes) -> set[int]:
-    """Start offsets of the lines of ``data`` on which a match of ``database`` ends (one scan)."""
-    starts: set[int] = set()
-    last = [-1, -1]  # the last line recorded: its start and the start of the next one
-
-    def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
-        offset = end - 1 if end > 0 else 0
-        if last[0] <= offset < last[1]:
-            return  # another match on the line just recorded
-        line_start = data.rfind(b"\n", 0, offset) + 1
-        starts.add(line_start)
-        newline = data.find(b"\n", offset)
-        last[0], last[1] = line_start, newline + 1 if newline >= 0 else len(data) + 1
-
-    database.scan(data, match_event_handler=on_match)
-    return starts
-
-
 @dataclass(slots=True)
 class _State:
     """What ``FileAnalyzer`` keeps while reading one file."""
@@ -358,7 +340,7 @@ class FileAnalyzer:
         for block in read_blocks(handle, self._block_bytes):
             starts = candidates(block.data) if candidates is not None and not block.overlong else None
             if starts is not None and trouble is not None:
-                self._scan_block(state, block.data, starts, _line_starts(trouble, block.data))
+                self._scan_block(state, block.data, starts, matchers.line_starts(trouble, block.data))
             else:
                 offset = 0
                 for raw in block.lines():
