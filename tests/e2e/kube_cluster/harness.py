@@ -74,6 +74,17 @@ def running(sim: SimCluster, ns: str, name: str, attempt: int) -> list[dict[str,
     return None
 
 
+def restarted(sim: SimCluster, ns: str, name: str) -> list[dict[str, Any]] | None:
+    """The JobSet's pods of its latest restart, once it restarted at least once and all 4 run."""
+    current = sim.get("jobset", name, ns) or {}
+    attempt = int((current.get("status") or {}).get("restarts") or 0)
+    return running(sim, ns, name, attempt) if attempt >= 1 else None
+
+
+def completed(sim: SimCluster, ns: str, name: str) -> bool:
+    return ((sim.get("jobset", name, ns) or {}).get("status") or {}).get("terminalState") == "Completed"
+
+
 def install(sim: SimCluster, policy: str) -> None:
     """Our CRDs (established) and one RecoveryPolicy."""
     sim.kubectl("apply", "-k", str(REPO / "crds"))

@@ -16,7 +16,18 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kube_cluster.harness import POLICY, XID, install, lines_read, operator_running, pods_of, running, until
+from tests.e2e.kube_cluster.harness import (
+    POLICY,
+    XID,
+    completed,
+    install,
+    lines_read,
+    operator_running,
+    pods_of,
+    restarted,
+    running,
+    until,
+)
 from tests.support.kube_cluster import NODES, SimCluster
 from trainguard.k8s.kubejobs import common, nodes
 from trainguard.model import vocab
@@ -63,21 +74,12 @@ async def test_a_jobset_pod_with_an_xid_is_recovered_away_from_its_node(
         else:
             assert nodes.has_our_taint(node) and node["spec"]["unschedulable"] is True
             # the JobSet's own failure policy restarted it; no pod of the new attempt is on the bad node
-            def restarted() -> list[dict[str, Any]] | None:
-                current = sim.get("jobset", "train", ns) or {}
-                attempt = int((current.get("status") or {}).get("restarts") or 0)
-                return running(sim, ns, "train", attempt) if attempt >= 1 else None
-
-            again = await until("the restarted JobSet running", restarted)
+            again = await until("the restarted JobSet running", lambda: restarted(sim, ns, "train"))
             assert all(p["spec"]["nodeName"] != bad for p in again)
             for pod in again:
                 sim.complete_pod(ns, pod["metadata"]["name"])
 
-            def completed() -> bool:
-                current = sim.get("jobset", "train", ns) or {}
-                return (current.get("status") or {}).get("terminalState") == "Completed"
-
-            await until("the JobSet completed", completed)
+            await until("the JobSet completed", lambda: completed(sim, ns, "train"))
             recovery = sim.get("workloadrecovery", "jobset-train", ns) or {}
             assert recovery["metadata"]["ownerReferences"][0]["uid"] == (sim.get("jobset", "train", ns) or {})[
                 "metadata"]["uid"]

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.e2e.kube_cluster.harness import install, operator_running, running, until
+from tests.e2e.kube_cluster.harness import completed, install, operator_running, restarted, running, until
 from tests.support.kube_cluster import SimCluster
 from trainguard.k8s.kubejobs import common, nodes
 from trainguard.model import vocab
@@ -68,21 +67,12 @@ async def test_a_node_going_not_ready_is_excluded_and_the_jobset_restarts_off_it
             assert not jobset["spec"].get("suspend")
             assert common.RESTARTS_ANNOTATION not in (jobset["metadata"].get("annotations") or {}), trail
 
-            def restarted() -> list[dict[str, Any]] | None:
-                current = sim.get("jobset", "train", ns) or {}
-                attempt = int((current.get("status") or {}).get("restarts") or 0)
-                return running(sim, ns, "train", attempt) if attempt >= 1 else None
-
-            again = await until("the restarted JobSet running", restarted)
+            again = await until("the restarted JobSet running", lambda: restarted(sim, ns, "train"))
             assert all(p["spec"]["nodeName"] != bad for p in again)
             for pod in again:
                 sim.complete_pod(ns, pod["metadata"]["name"])
 
-            def completed() -> bool:
-                current = sim.get("jobset", "train", ns) or {}
-                return (current.get("status") or {}).get("terminalState") == "Completed"
-
-            await until("the JobSet completed", completed)
+            await until("the JobSet completed", lambda: completed(sim, ns, "train"))
             assert int(((sim.get("jobset", "train", ns) or {}).get("status") or {}).get("restarts") or 0) == 1
     finally:
         sim.set_node_ready(bad, True)

@@ -14,12 +14,22 @@ import asyncio
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.e2e.kube.operator_process import OperatorProcess
-from tests.e2e.kube_cluster.harness import POLICY, WAIT_S, XID, install, lift_our_exclusions, lines_read, running, until
+from tests.e2e.kube_cluster.harness import (
+    POLICY,
+    WAIT_S,
+    XID,
+    completed,
+    install,
+    lift_our_exclusions,
+    lines_read,
+    restarted,
+    running,
+    until,
+)
 from tests.support.kube_cluster import SimCluster
 from trainguard.k8s.kubejobs import common, nodes
 from trainguard.model import vocab
@@ -105,23 +115,14 @@ async def test_the_operator_killed_mid_recovery_acts_exactly_once_after_its_rest
         assert not jobset["spec"].get("suspend")
         assert common.RESTARTS_ANNOTATION not in (jobset["metadata"].get("annotations") or {}), trail
 
-        def restarted() -> list[dict[str, Any]] | None:
-            current = sim.get("jobset", "train", ns) or {}
-            attempt = int((current.get("status") or {}).get("restarts") or 0)
-            return running(sim, ns, "train", attempt) if attempt >= 1 else None
-
-        pods = await until("the restarted JobSet running off the node", restarted)
+        pods = await until("the restarted JobSet running off the node", lambda: restarted(sim, ns, "train"))
         if any(p["spec"]["nodeName"] == bad for p in pods):  # placed before our taint: evicted, restarted
-            pods = await until("the JobSet running off the node",
-                               lambda: (p := restarted()) and all(x["spec"]["nodeName"] != bad for x in p) and p)
+            pods = await until("the JobSet running off the node", lambda: (p := restarted(sim, ns, "train")) and all(
+                x["spec"]["nodeName"] != bad for x in p) and p)
         for pod in pods:
             sim.complete_pod(ns, pod["metadata"]["name"])
 
-        def completed() -> bool:
-            current = sim.get("jobset", "train", ns) or {}
-            return (current.get("status") or {}).get("terminalState") == "Completed"
-
-        await until("the JobSet completed", completed)
+        await until("the JobSet completed", lambda: completed(sim, ns, "train"))
         # One restart for the failure, by the JobSet's own policy (none of ours: no restarts
         # annotation, never suspended). While we were down its new pods could land on the node: our
         # NoExecute taint then evicts them and its policy restarts once more, away from the node.
