@@ -765,17 +765,16 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await rt.task
         self.runtimes.pop(rt.workload, None)
-        rt.book.close()
-        self.journal.forget(rt.workload)
-        self.unreadable.pop(rt.workload, None)
-        logger.info("no longer tracking %s as object %s: a new object took its id", rt.workload,
-                    rt.job.incarnation)
+        await self._close(rt, f"object {rt.job.incarnation} replaced by a new object under its id", forget=False)
 
-    async def _close(self, rt: WorkloadRuntime, why: str) -> None:
+    async def _close(self, rt: WorkloadRuntime, why: str, *, forget: bool = True) -> None:
+        """Stop following ``rt``; ``forget=False`` keeps discovery's record of the job id (the id is
+        followed on at once, for another object)."""
         rt.book.close()
         self.journal.forget(rt.workload)
         self.unreadable.pop(rt.workload, None)
-        self.discovery.forget(rt.job.job_id)
+        if forget:
+            self.discovery.forget(rt.job.job_id)
         logger.info("no longer tracking %s: %s", rt.workload, why)
 
     # ------------------------------------------------------------------ signals
