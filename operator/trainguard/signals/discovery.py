@@ -60,11 +60,10 @@ class DiscoveryState:
     """All of discovery's memory; plain data so the engine could persist it."""
 
     jobs: dict[str, Tracked] = field(default_factory=dict)
-    forgotten: dict[str, int] = field(default_factory=dict)
-    """job id -> attempt that was forgotten; that run stays silent while Slurm still lists it."""
-    forgotten_incarnation: dict[str, str] = field(default_factory=dict)
-    """job id -> the object forgotten under it (``JobSnapshot.incarnation``, where known): another
-    object under the same id is a new job, whatever its attempt."""
+    forgotten: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """job id -> (attempt, incarnation) that was forgotten; that run stays silent while Slurm still
+    lists it. Another object under the same id (``JobSnapshot.incarnation``, where known) is a new
+    job, whatever its attempt."""
 
 
 def _differs(a: workloads.JobSnapshot, b: workloads.JobSnapshot) -> bool:
@@ -81,13 +80,12 @@ def compare(state: DiscoveryState, listing: Iterable[workloads.JobSnapshot], now
     restarted: list[workloads.JobSnapshot] = []
     finished: list[workloads.JobSnapshot] = []
     for job_id, snap in current.items():
-        forgotten_attempt = state.forgotten.get(job_id)
-        if forgotten_attempt is not None:
-            was = state.forgotten_incarnation.get(job_id, "")
-            if snap.attempt <= forgotten_attempt and not (was and snap.incarnation and snap.incarnation != was):
+        forgotten = state.forgotten.get(job_id)
+        if forgotten is not None:
+            attempt, was = forgotten
+            if snap.attempt <= attempt and not (was and snap.incarnation and snap.incarnation != was):
                 continue
             del state.forgotten[job_id]  # requeued after we let go, or a new object: a new run to follow
-            state.forgotten_incarnation.pop(job_id, None)
         tracked = state.jobs.get(job_id)
         if tracked is None:
             tracked = state.jobs[job_id] = Tracked(snap, now)
@@ -109,7 +107,6 @@ def compare(state: DiscoveryState, listing: Iterable[workloads.JobSnapshot], now
     for job_id in list(state.forgotten):
         if job_id not in current:
             del state.forgotten[job_id]
-            state.forgotten_incarnation.pop(job_id, None)
     return DiscoveryDelta(now, tuple(new), tuple(changed), tuple(finished), tuple(gone), tuple(restarted))
 
 
@@ -130,9 +127,7 @@ class JobDiscovery:
         """The engine recorded this job's outcome: stop reporting the current run."""
         tracked = self.state.jobs.pop(job_id, None)
         if tracked is not None:
-            self.state.forgotten[job_id] = tracked.snapshot.attempt
-            if tracked.snapshot.incarnation:
-                self.state.forgotten_incarnation[job_id] = tracked.snapshot.incarnation
+            self.state.forgotten[job_id] = (tracked.snapshot.attempt, tracked.snapshot.incarnation)
 
     def retry(self, job_id: str) -> None:
         """The engine could not start tracking this job (e.g. the store timed out): report it as new
