@@ -212,8 +212,9 @@ class KubeScheduler:
         report ``attempt`` (the highest one the audit store recorded). The re-creations made before
         our restart left no trace on the cluster; without this the attempt would go back to one
         already judged, and the next failure would be taken for that attempt's."""
-        kind, _, _, _ = await self._read(job_id)
-        if not kind.counts_replacements:
+        _, kind_name, _ = common.split_id(job_id)
+        kind = self._kinds.get(kind_name)
+        if kind is None or not kind.counts_replacements:
             return
         deficit = attempt - (await self.get_job(job_id)).attempt
         if deficit > 0:
