@@ -426,7 +426,7 @@ class AuditStore:
             if not row.incarnation:  # tracked before incarnations were recorded: nothing to tell apart
                 row.incarnation = incarnation
                 return None
-            previous, when = row.incarnation, to_datetime(at)
+            previous = row.incarnation
             retired = _retired_id(workload, previous)
             suffix = 1
             while await session.get(tables.Workload, retired) is not None:
@@ -441,15 +441,10 @@ class AuditStore:
                 sa.select(tables.AdviceRow).where(tables.AdviceRow.workload == workload))).scalars().all()
             for item in advice_rows:
                 if item.disposition == vocab.Disposition.PENDING.value:
-                    session.add(tables.OutcomeRow(
-                        advice_id=item.id, workload=workload, attempt=item.attempt, generation=item.generation,
-                        disposition=vocab.Disposition.ABANDONED.value, detail=detail,
-                        decided_by=vocab.Decider.WATCHDOG.value, at=when))
-                    item.disposition, item.updated_at = vocab.Disposition.ABANDONED.value, when
-                    self._log(session, at=at, workload=workload, attempt=item.attempt, kind=vocab.AuditKind.OUTCOME,
-                              payload={"disposition": vocab.Disposition.ABANDONED.value, "detail": detail,
-                                       "generation": item.generation, "action": item.action},
-                              decided_by=vocab.Decider.WATCHDOG.value)
+                    self._add_outcome(session, item, actions.OutcomeRecord(
+                        workload=workload, attempt=item.attempt, generation=item.generation,
+                        disposition=vocab.Disposition.ABANDONED, detail=detail, decided_by=vocab.Decider.WATCHDOG,
+                        at=at))
                 item.payload = {**item.payload, "workload": retired}
             await session.flush()
             for table in _RETIRED_WITH_THE_WORKLOAD:
@@ -1040,23 +1035,29 @@ class AuditStore:
                 sa.select(tables.OutcomeRow).where(tables.OutcomeRow.advice_id == advice_row.id))).scalar_one_or_none()
             if existing is not None:
                 return _outcome_record(existing)
-            row = tables.OutcomeRow(
-                advice_id=advice_row.id, workload=outcome.workload, attempt=outcome.attempt,
-                generation=outcome.generation, disposition=outcome.disposition.value, detail=outcome.detail,
-                decided_by=outcome.decided_by.value, at=to_datetime(outcome.at),
-            )
-            session.add(row)
-            advice_row.disposition, advice_row.updated_at = outcome.disposition.value, to_datetime(outcome.at)
-            payload: dict[str, Any] = {"disposition": outcome.disposition.value, "detail": outcome.detail,
-                                       "generation": outcome.generation, "action": advice_row.action}
-            if outcome.limits is not None:
-                payload["blast_radius"] = outcome.limits
-            self._log(session, at=outcome.at, workload=outcome.workload, attempt=outcome.attempt,
-                      kind=vocab.AuditKind.OUTCOME, payload=payload, decided_by=outcome.decided_by.value)
+            row = self._add_outcome(session, advice_row, outcome)
             await session.flush()
             return _outcome_record(row)
 
         return await self._transaction(work)
+
+    def _add_outcome(self, session: AsyncSession, advice_row: tables.AdviceRow,
+                     outcome: actions.OutcomeRecord) -> tables.OutcomeRow:
+        """The outcome row of ``advice_row``, its disposition on the advice, and its audit record."""
+        row = tables.OutcomeRow(
+            advice_id=advice_row.id, workload=outcome.workload, attempt=outcome.attempt,
+            generation=outcome.generation, disposition=outcome.disposition.value, detail=outcome.detail,
+            decided_by=outcome.decided_by.value, at=to_datetime(outcome.at),
+        )
+        session.add(row)
+        advice_row.disposition, advice_row.updated_at = outcome.disposition.value, to_datetime(outcome.at)
+        payload: dict[str, Any] = {"disposition": outcome.disposition.value, "detail": outcome.detail,
+                                   "generation": outcome.generation, "action": advice_row.action}
+        if outcome.limits is not None:
+            payload["blast_radius"] = outcome.limits
+        self._log(session, at=outcome.at, workload=outcome.workload, attempt=outcome.attempt,
+                  kind=vocab.AuditKind.OUTCOME, payload=payload, decided_by=outcome.decided_by.value)
+        return row
 
     async def get_outcome(self, workload: str, attempt: int, generation: int) -> actions.OutcomeRecord | None:
         query = sa.select(tables.OutcomeRow).where(
