@@ -111,6 +111,14 @@ class World:
     def node(self, name: str) -> dict[str, Any]:
         return json.loads(ok(self.kube, "get", "node", name, "-o", "json"))
 
+    async def in_cache(self, wid: str, tasks: int = 4) -> None:
+        """Wait until the adapter's watch cache lists the workload with its ``tasks`` pods."""
+
+        async def tracked() -> bool:
+            return any(j.workload == wid and j.num_tasks == tasks for j in await self.adapter.list_jobs())
+
+        await until(tracked, "the JobSet in the watch cache")
+
 
 @pytest.fixture
 async def world(kube_api: LocalKube, tmp_path: Path) -> AsyncIterator[World]:
@@ -206,10 +214,7 @@ async def test_exclusion_is_cordon_plus_our_taint_and_only_ours_is_lifted(world:
     ok(w.kube, "patch", "node", n2, "--type=merge", "-p", json.dumps({"spec": {"taints": [PERSON_TAINT]}}))
     ok(w.kube, "cordon", n3)  # a person's cordon
 
-    async def tracked() -> bool:
-        return any(j.workload == wid and j.num_tasks == 4 for j in await w.adapter.list_jobs())
-
-    await until(tracked, "the JobSet in the watch cache")
+    await w.in_cache(wid)
     await w.adapter.exclude_nodes(wid, [n2, n3])
     node2 = w.node(n2)
     assert node2["spec"]["unschedulable"] is True
@@ -252,10 +257,7 @@ async def test_a_lifted_exclusion_is_a_watchdog_record_of_the_workload_that_made
     w.jobset_pods("train", layout(w))
     n2 = w.nodes[1]
 
-    async def tracked() -> bool:
-        return any(j.workload == wid and j.num_tasks == 4 for j in await w.adapter.list_jobs())
-
-    await until(tracked, "the JobSet in the watch cache")
+    await w.in_cache(wid)
     await w.adapter.exclude_nodes(wid, [n2])
     w.adapter.exclusion_ttl_s = 0.0
     store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
@@ -284,10 +286,7 @@ async def test_a_not_ready_node_keeps_our_exclusion_past_the_ttl(world: World) -
     w.jobset_pods("train", layout(w))
     n2 = w.nodes[1]
 
-    async def tracked() -> bool:
-        return any(j.workload == wid and j.num_tasks == 4 for j in await w.adapter.list_jobs())
-
-    await until(tracked, "the JobSet in the watch cache")
+    await w.in_cache(wid)
     await w.adapter.exclude_nodes(wid, [n2])
     status_patch(w.kube, "node", n2, None, {"conditions": [
         {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "GPU fell off the bus",
@@ -378,10 +377,7 @@ async def test_executor_lets_the_jobsets_own_restart_stand_and_only_excludes_the
     wid = w.jobset("train")
     w.jobset_pods("train", layout(w))
 
-    async def tracked() -> bool:
-        return any(j.workload == wid and j.num_tasks == 4 for j in await w.adapter.list_jobs())
-
-    await until(tracked, "the JobSet in the watch cache")
+    await w.in_cache(wid)
     status_patch(w.kube, "jobset", "train", w.ns, {"restarts": 1})
     store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
     try:
