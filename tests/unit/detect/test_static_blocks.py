@@ -18,34 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.unit.detect.equivalence import both
 from trainguard.detect import catalog, matcher, static, straggler, stream
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 CORPORA = sorted([*(DATA / "real").glob("*.log"), *(DATA / "eval").glob("*.log")])
-
-
-@pytest.fixture(scope="module")
-def hyperscan() -> matcher.Matcher:
-    if "hyperscan" not in matcher.available_engines():
-        pytest.skip("Hyperscan is not installed")
-    return matcher.build_matcher(catalog.load_builtin(), engine="hyperscan")
-
-
-def outcome(result: static.Result) -> tuple[object, ...]:
-    return (
-        result.to_json(max_evidence=10**9),
-        [item.model_dump() for item in result.evidence],
-        [item.model_dump() for item in result.context],
-        result.lines,
-        result.summary,
-    )
-
-
-def both(compiled: matcher.Matcher, data: bytes, block_bytes: int = static.BLOCK_BYTES) -> tuple[object, object]:
-    settings = stream.DetectionSettings()
-    fast = static.FileAnalyzer(compiled, settings, block_bytes=block_bytes).analyze("x.log", io.BytesIO(data))
-    slow = static.FileAnalyzer(compiled, settings).analyze_by_line("x.log", io.BytesIO(data))
-    return outcome(fast), outcome(slow)
 
 
 def test_the_corpora_are_there() -> None:

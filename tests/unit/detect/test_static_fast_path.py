@@ -16,34 +16,8 @@ import random
 
 import pytest
 
+from tests.unit.detect.equivalence import both
 from trainguard.detect import catalog, hosts, matcher, progress, static, stream
-
-
-@pytest.fixture(scope="module")
-def hyperscan() -> matcher.Matcher:
-    if "hyperscan" not in matcher.available_engines():
-        pytest.skip("Hyperscan is not installed")
-    return matcher.build_matcher(catalog.load_builtin(), engine="hyperscan")
-
-
-def outcome(result: static.Result) -> tuple[object, ...]:
-    return (
-        result.to_json(max_evidence=10**9),
-        [item.model_dump() for item in result.evidence],
-        [item.model_dump() for item in result.context],
-        result.lines,
-        result.summary,
-    )
-
-
-def both(
-    compiled: matcher.Matcher, data: bytes, block_bytes: int = static.BLOCK_BYTES, progress_regex: str | None = None
-) -> tuple[object, object]:
-    settings = stream.DetectionSettings(progress_regex=progress_regex)
-    fast = static.FileAnalyzer(compiled, settings, block_bytes=block_bytes).analyze("x.log", io.BytesIO(data))
-    slow = static.FileAnalyzer(compiled, settings).analyze_by_line("x.log", io.BytesIO(data))
-    return outcome(fast), outcome(slow)
-
 
 PREFIXES = [
     "",
