@@ -8,7 +8,9 @@ iteration (Megatron ``elapsed time per iteration (ms)``, tqdm ``s/it``) is inver
 The built-in patterns cover Megatron-LM, HF Trainer, tqdm / NeMo / Lightning bars, torchtitan,
 DeepSpeed and generic ``step N`` / ``iter N`` / ``tokens/s`` / ``samples/sec`` lines. An operator
 regex replaces them; its optional named groups are ``step``, ``rate`` (higher is better) and
-``seconds`` (time per step, inverted).
+``seconds`` (time per step, inverted). That regex comes from a user (a policy, a job's comment, the
+``--progress-regex`` option), so it runs on the linear-time engine of ``model.user_regex`` (RE2),
+never on Python ``re``: a hostile regex and line cannot stall detection.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import calendar
 import re
 from dataclasses import dataclass
+
+from trainguard.model import user_regex
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +53,9 @@ class ProgressParser:
 
     def __init__(self, regex: str | None = None) -> None:
         try:
-            self._custom = re.compile(regex) if regex else None
-        except re.error as exc:
-            raise ValueError(f"progress regex does not compile: {exc}") from exc
+            self._custom = user_regex.compile(regex) if regex else None
+        except user_regex.RegexRefused as exc:
+            raise ValueError(f"progress regex refused: {exc}") from exc
 
     def parse(self, text: str) -> Progress | None:
         if self._custom is not None:
@@ -63,7 +67,7 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def _parse_custom(regex: re.Pattern[str], text: str) -> Progress | None:
+def _parse_custom(regex: user_regex.UserRegex, text: str) -> Progress | None:
     m = regex.search(text)
     if m is None:
         return None

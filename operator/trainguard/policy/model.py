@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from trainguard.model import openapi, patterns, vocab
+from trainguard.model import openapi, patterns, user_regex, vocab
 from trainguard.policy import durations
 
 API_VERSION = "trainguard.dev/v1alpha1"
@@ -239,8 +239,25 @@ class Detection(_Section):
     @field_validator("progress_regex", "checkpoint_regex")
     @classmethod
     def _portable(cls, value: str | None) -> str | None:
+        """Portable, and runnable by the linear-time engine that will run it (``model.user_regex``):
+        a policy regex is refused here with the reason rather than stall detection later."""
         if value is not None:
             patterns.check_portable(value)
+            user_regex.check(value)
+        return value
+
+    @field_validator("extra_patterns")
+    @classmethod
+    def _linear_patterns(cls, value: list[patterns.PatternSpec]) -> list[patterns.PatternSpec]:
+        """An operator pattern's regex and extractors must compile in the linear-time engine too
+        (every built-in one does): they run on every line of every covered job, so a policy
+        must not bring in one that only a backtracking engine can run."""
+        for spec in value:
+            for where, regex in (("regex", spec.regex), *((f"extract.{k}", v) for k, v in spec.extract.items())):
+                try:
+                    user_regex.check(regex)
+                except user_regex.RegexRefused as exc:
+                    raise ValueError(f"pattern {spec.id} {where}: {exc}") from None
         return value
 
 

@@ -16,8 +16,10 @@ Rules (the documented opt-in, docs/policy.md; users' sbatch scripts depend on th
 * ``mode=monitor`` lets a job owner force Monitor mode; ``mode=action`` is refused, because only a
   policy an operator approved may act (the job keeps its policy's mode). Any other unreadable
   ``mode`` value forces Monitor: the owner clearly wanted to change the mode, and Monitor is safe;
-* length caps (comment 1024 chars, 32 words, regex 256 chars) and a ban on control characters and
-  nested quantifiers (catastrophic backtracking) keep hostile comments from hurting the operator.
+* length caps (comment 1024 chars, 32 words, regex 256 chars) and a ban on control characters keep
+  hostile comments from hurting the operator; a regex must also compile in the linear-time engine
+  that runs it (``model.user_regex``, RE2): a regex it refuses (back-references, look-around, too
+  large) is a rejected key with the reason, so no comment can make matching backtrack.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainguard.model import patterns, vocab
+from trainguard.model import patterns, user_regex, vocab
 from trainguard.policy import durations, model
 
 OPT_IN_TAG = "trainguard"
@@ -58,7 +60,6 @@ CEILINGS = frozenset({"max-retries", "max-attempts-without-checkpoint", "max-exc
 
 _WORD = re.compile(r"""[^\s"'=]+=(?:"[^"]*"|'[^']*')|\S+""")
 _POLICY_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_NESTED_QUANTIFIER = re.compile(r"\([^()]*[*+}][^()]*\)\s*[*+{?]")
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -109,10 +110,8 @@ def _boolean(text: str) -> bool:
 def _regex(text: str) -> str:
     if len(text) > MAX_REGEX:
         raise ValueError(f"longer than {MAX_REGEX} characters")
-    if _NESTED_QUANTIFIER.search(text):
-        raise ValueError("nested quantifiers such as (a+)+ can make matching take forever; simplify the regex")
     patterns.check_portable(text)
-    return text
+    return user_regex.check(text)
 
 
 def _mode(text: str) -> str:
