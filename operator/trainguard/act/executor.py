@@ -30,6 +30,18 @@ A hold step records how the scheduler shows the hold right after it (``watchdog.
 the ``release`` step (e.g. after a retry backoff) releases only a hold that still looks so, and
 leaves a person's hold alone (see ``watchdog``).
 
+Both run-time keys (``act.switch``): before every step of an Action generation, fresh, resumed after a
+restart or after a retry backoff, the executor asks the cluster switch and the runtime pause; when
+either is off the watchdog closes the generation (our holds released, nothing else changed) and the
+audit says why. Whose change (``act.whose``): before every step a fresh read is compared with our
+own action rows; a person who cancelled, requeued or held the job, or removed our exclusions, took
+the job back, and the generation is closed the same way with the person's change recorded.
+
+Outages: a step interrupted because the audit database or the scheduler cannot be reached (a read
+of the job fails too) leaves the generation pending, never abandoned: the engine resumes it when
+they answer again (``Engine.sweep``), each step exactly once through its intent row, with the
+exclusions it was advised. The watchdog's deadline still bounds how long a hold of ours may last.
+
 Fencing (several replicas, one acting): every scheduler mutation first asks the ``ports.Fence``
 for the current leadership token and commits (or re-reads, when resuming) its intent row with that
 token; the store refuses the intent in the same transaction when a newer leader has claimed. A
@@ -43,13 +55,21 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from trainguard.act import ports, steps, watchdog
+from trainguard.act import ports, steps, undrain, watchdog, whose
+from trainguard.act import switch as switch_mod
 from trainguard.model import actions, advice, clock, limits, vocab, workloads
 
 logger = logging.getLogger(__name__)
 
 BlastLimit = Callable[[advice.Advice], Awaitable[limits.LimitReport]]
 """Evaluates every blast-radius limit against this advice now; ``report.reason`` is None to allow."""
+Outage = Callable[[BaseException], bool]
+"""Whether an error says a dependency cannot be reached (the engine knows its drivers' errors):
+``store`` for the audit database, ``scheduler`` for a read of the scheduler that failed."""
+SWITCHED_OFF = "not carried out"
+"""Prefix of the watchdog reason when a key is off (``act.switch``)."""
+PERSONS_CHANGE = "a change that is not ours"
+"""Prefix of the watchdog reason when somebody else changed the job meanwhile (``act.whose``)."""
 
 MONITOR_SKIP = "skipped: monitor mode"
 WOULD_BLOCK = "would be blocked"
@@ -62,8 +82,16 @@ class Executor:
     def __init__(
         self, scheduler: ports.JobScheduler, ledger: ports.Ledger, clock_: clock.Clock, *,
         blast_limit: BlastLimit | None = None, fence: ports.Fence = ports.ALWAYS_LEADER,
+        switch: switch_mod.ActionSwitch = switch_mod.ALWAYS_ON, store_outage: Outage | None = None,
+        scheduler_outage: Outage | None = None,
     ) -> None:
         self._scheduler = scheduler
+        self.switch = switch
+        """Both run-time keys, read before every Action step (``act.switch``)."""
+        self._store_outage = store_outage
+        self._scheduler_outage = scheduler_outage
+        self.stalled: set[tuple[str, int, int]] = set()
+        """Generations left pending by an outage (workload, attempt, generation): the engine resumes them."""
         self._ledger = ledger
         self._clock = clock_
         self._blast_limit = blast_limit
@@ -72,6 +100,18 @@ class Executor:
 
     async def reconcile(self, item: advice.Advice) -> vocab.Disposition:
         """Bring the scheduler to ``item``'s desired state (or record what would be done)."""
+        key = (item.workload, item.attempt, item.generation)
+        try:
+            disposition = await self._reconcile_once(item)
+        except Exception as exc:
+            if not self._is_store_outage(exc):
+                raise
+            return self._stall(item, f"the audit store cannot be reached: {type(exc).__name__}: {exc}")
+        if disposition is not vocab.Disposition.PENDING:
+            self.stalled.discard(key)
+        return disposition
+
+    async def _reconcile_once(self, item: advice.Advice) -> vocab.Disposition:
         await self._ledger.record_advice(item, at=self._clock.now())
         closed = await self._ledger.get_outcome(item.workload, item.attempt, item.generation)
         if closed is not None:
@@ -85,10 +125,38 @@ class Executor:
             except actions.FencedError:
                 raise
             except Exception as exc:  # scheduler errors and anything unexpected: fall back, never leave it held
+                if self._is_store_outage(exc) or await self._scheduler_down(job_id):
+                    return self._stall(item, f"{type(exc).__name__}: {exc}")
                 logger.exception("executor failed on %s generation %d", item.workload, item.generation)
                 return await self.watchdog.abandon(item, f"executor error: {type(exc).__name__}: {exc}")
         except actions.FencedError as exc:
             return await self._fenced(item, exc)
+
+    def _is_store_outage(self, exc: BaseException) -> bool:
+        return self._store_outage is not None and self._store_outage(exc)
+
+    async def _scheduler_down(self, job_id: str) -> bool:
+        """After a failed step: whether the scheduler cannot be reached at all (a read fails too, with an
+        error the engine classifies as an outage), as opposed to refusing the step or no longer knowing
+        the job (then the generation is abandoned as before)."""
+        if self._scheduler_outage is None:
+            return False
+        try:
+            await self._scheduler.get_job(job_id)
+        except Exception as exc:
+            return self._scheduler_outage(exc)
+        return False
+
+    def _stall(self, item: advice.Advice, why: str) -> vocab.Disposition:
+        """An outage stopped this generation: leave it pending (its intent rows say how far it got) for
+        the engine to resume once the store and the scheduler answer again."""
+        key = (item.workload, item.attempt, item.generation)
+        if key in self.stalled:
+            return vocab.Disposition.PENDING  # said once; retried quietly until the outage ends
+        self.stalled.add(key)
+        logger.warning("%s attempt %d generation %d: stopped by an outage, resumed when it ends: %s",
+                       item.workload, item.attempt, item.generation, why)
+        return vocab.Disposition.PENDING
 
     async def _fenced(self, item: advice.Advice, exc: actions.FencedError) -> vocab.Disposition:
         """Leadership is lost: stop here, leave the generation pending for the new leader, say so."""
@@ -164,6 +232,9 @@ class Executor:
             if blocked:
                 detail = f"monitor mode: Action mode would be blocked by a blast-radius limit: {blocked}"
             return await self._close(item, vocab.Disposition.MONITORED, detail, report)
+        stop = await self._stop_reason(item, seen.job)
+        if stop:
+            return await self.watchdog.abandon(item, stop)
         report = None
         if not rows and self._blast_limit is not None:
             report = await self._blast_limit(item)
@@ -184,10 +255,38 @@ class Executor:
             if failure:
                 return await self.watchdog.abandon(item, failure)
         seen = await self._observe(item, job_id)
-        missing = steps.unmet(item, seen)
+        rows_now = await self._ledger.actions_for(item.workload, item.attempt, item.generation)
+        theirs = {r.args.get("node") for r in rows_now if r.operation is actions.Operation.DRAIN_NODE
+                  and r.status is actions.ActionStatus.SKIPPED and r.error.startswith(LEFT_NODE_ALONE)}
+        wanted = item.model_copy(update={"drain_nodes": [n for n in item.drain_nodes if n not in theirs]})
+        missing = steps.unmet(wanted, seen)
         if missing:
             return await self.watchdog.abandon(item, f"verify failed: {'; '.join(missing)}")
         return await self._close(item, vocab.Disposition.CONVERGED, f"verified after {len(plan)} step(s)", report)
+
+    async def _stop_reason(self, item: advice.Advice, job: workloads.JobSnapshot,
+                           step: steps.Step | None = None) -> str:
+        """Why this Action generation must stop before ``step`` (or before its first step): a key is
+        off (``act.switch``), or somebody else changed the job meanwhile (``act.whose``); "" to go on."""
+        where = f"before step {step.name}" if step is not None else "before its first step"
+        blocked = await self.switch.blocked()
+        if blocked:
+            return f"{SWITCHED_OFF} ({where}): {blocked}"
+        rows = await self._ledger.actions_for(item.workload, item.attempt, item.generation)
+        ours = await self._ledger.actions_of(item.workload)
+        change = whose.interference(job, item.attempt, rows, ours)
+        if change is not None:
+            return f"{PERSONS_CHANGE} ({where}): {change}"
+        return ""
+
+    async def _skip_or_finish(self, item: advice.Advice, step: steps.Step, row: actions.ActionRecord | None,
+                              why: str) -> None:
+        """Record ``step`` as skipped with ``why`` (a new row, or the end of an intent from before a restart)."""
+        if row is None:
+            await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.SKIPPED, why),
+                                            at=self._clock.now())
+        else:
+            await self._finish(item, step, actions.ActionStatus.SKIPPED, why)
 
     def _backing_off(self, item: advice.Advice, step: steps.Step, row: actions.ActionRecord | None) -> bool:
         return (
@@ -206,6 +305,12 @@ class Executor:
         if self._expired(item):
             return f"deadline passed before step {step.name}"
         seen = await self._observe(item, step.job_id)
+        stop = await self._stop_reason(item, seen.job, step)
+        if stop:
+            return stop
+        if step.operation is actions.Operation.DRAIN_NODE and (theirs := _managed_by_a_person(step, seen)):
+            await self._skip_or_finish(item, step, row, theirs)
+            return ""
         if step.in_effect(seen):
             if row is None:
                 await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.SKIPPED, ALREADY_IN_EFFECT),
@@ -250,6 +355,20 @@ class Executor:
             logger.warning("cannot read the hold just placed on %s: %s", step.job_id, exc)
             return None
         return _hold_seen(step, job)
+
+
+LEFT_NODE_ALONE = "left alone: a person manages the node"
+"""Error text (prefix) of a drain step we skipped because someone else took the node out of service."""
+
+
+def _managed_by_a_person(step: steps.Step, seen: steps.Observation) -> str:
+    """Why a drain step must leave its node alone: the node is out of service (DOWN, DRAIN, FAIL...)
+    for a reason that is not ours, so a person (or the site's health check) manages it; "" otherwise.
+    Draining it would write our reason over theirs, and undrain would later return it to service."""
+    node = seen.nodes.get(step.nodes[0])
+    if node is None or node.usable or node.reason.startswith(undrain.OUR_PREFIX):
+        return ""
+    return f"{LEFT_NODE_ALONE}: {node.name} is {node.state} ({node.reason or 'no reason given'})"
 
 
 def _hold_seen(step: steps.Step, job: workloads.JobSnapshot) -> dict[str, Any] | None:

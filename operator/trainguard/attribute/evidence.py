@@ -39,6 +39,13 @@ CORROBORATION_BONUS = 0.05
 
 HARDWARE_WORDS = re.compile(r"gpu|xid|ecc|nvlink|nvidia|dcgm|nvml|hardware|row.?remap|pcie", re.IGNORECASE)
 """A node-state reason with these words was set for the hardware (health checks name the GPU)."""
+SCHEDULER_REASONS = re.compile(
+    r"^\s*(not responding|kill task failed|prolog error|epilog error|node unexpectedly rebooted|"
+    r"batch job complete failure|low realmemory|low socket|low tmpdisk|gres/gpu count|no network address)",
+    re.IGNORECASE)
+"""Reasons the scheduler sets itself when a node misbehaves (Slurm's own words): evidence about the node.
+Any other reason not ours is a person's words (an administrator's "maintenance", "PSU swap"): their
+decision about the node, shown as context, never taken as a fault that makes the node a suspect."""
 
 
 def apply(
@@ -104,7 +111,11 @@ def _metric(faults: list[evidence.Finding]) -> list[evidence.Finding]:
 def node_state_findings(nodes: Collection[str], snapshots: Sequence[workloads.NodeSnapshot], *, source: str,
                         our_prefix: str) -> list[evidence.Finding]:
     """Findings for the workload's ``nodes`` that the scheduler keeps work off (drained, failed, down)
-    for a reason someone else set (a health check, an administrator): our own drains are our effect."""
+    for a reason someone else set (a health check, an administrator): our own drains are our effect.
+
+    A finding is a fault (evidence against the node) only when the scheduler set the reason itself
+    (``SCHEDULER_REASONS``) or a health check names the hardware (``HARDWARE_WORDS``); a person's own
+    reason is context: whose node it is to judge is theirs, and their words are no diagnosis."""
     out: list[evidence.Finding] = []
     for snap in snapshots:
         if snap.name not in nodes or snap.usable:
@@ -113,7 +124,8 @@ def node_state_findings(nodes: Collection[str], snapshots: Sequence[workloads.No
             continue
         why = f": {snap.reason}" if snap.reason else " (no reason given)"
         out.append(evidence.Finding(
-            source=source, node=snap.name, signal=NODE_STATE, category=C.NONE, fault=bool(snap.reason),
+            source=source, node=snap.name, signal=NODE_STATE, category=C.NONE,
+            fault=bool(HARDWARE_WORDS.search(snap.reason) or SCHEDULER_REASONS.search(snap.reason)),
             text=f"{snap.name} is {snap.state} in the scheduler{why}",
         ))
     return out

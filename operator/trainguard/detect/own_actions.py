@@ -44,15 +44,22 @@ REQUEUE_TEARDOWN = "DUE TO JOB REQUEUE"
 """What slurmstepd prints on a step it kills because the job was requeued."""
 
 
+def is_teardown(anomaly: anomalies.Anomaly) -> bool:
+    """Whether ``anomaly`` is a crash whose initiating line is a kill or teardown symptom (first-cause
+    class "killed" or "cascade"): what a cancel, a requeue or a time limit prints, whoever asked for it.
+    Hardware, OOM, CUDA or Python errors are not, even when printed during a teardown."""
+    if anomaly.symptom != vocab.Symptom.CRASH or not anomaly.evidence:
+        return False
+    return first_cause.classify(anomaly.evidence[0]) in _TEARDOWN
+
+
 def effect_of(
     anomaly: anomalies.Anomaly, *, workload: str, attempt: int, ours: Sequence[actions.ActionRecord]
 ) -> actions.ActionRecord | None:
     """Our action whose effect ``anomaly`` is, or None when the anomaly is a failure in its own right."""
-    if anomaly.symptom != vocab.Symptom.CRASH or not anomaly.evidence:
+    if not is_teardown(anomaly):
         return None
     initiating = anomaly.evidence[0]
-    if first_cause.classify(initiating) not in _TEARDOWN:
-        return None
     seen = initiating.at if initiating.at is not None else anomaly.detected_at
     if seen is None:
         return None

@@ -50,8 +50,9 @@ _MODES = frozenset(m.value for m in vocab.Mode)
 _DECIDERS = frozenset(d.value for d in vocab.Decider)
 _DISPOSITIONS = frozenset(d.value for d in vocab.Disposition)
 _OPERATIONS = frozenset(o.value for o in actions.Operation)
-_STATUSES = frozenset({*(s.value for s in actions.ActionStatus), "effect"})
-"""``effect``: what one of our own actions was seen to do (``detect.own_actions``)."""
+_STATUSES = frozenset({*(s.value for s in actions.ActionStatus), "effect", "not-ours"})
+"""``effect``: what one of our own actions was seen to do (``detect.own_actions``); ``not-ours``: somebody
+else's decision seen and left alone (``act.whose``)."""
 _STATES = tuple(s.value for s in workloads.JobState)
 
 DETECTION_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
@@ -151,6 +152,10 @@ class EngineMetrics:
         self.unreadable = Gauge(
             "trainguard_unreadable_workloads", "Tracked workloads whose output cannot be read now (e.g. the "
             "process's descriptor limit, permissions): they are not monitored until it can", registry=r)
+        self.actions_paused = Gauge(
+            "trainguard_actions_paused", "1 while no recovery may change the scheduler: the runtime pause is set "
+            "(trainguard pause, the API, the console or the trainguard-control ConfigMap) or the cluster switch "
+            "is off (--mode monitor); 0 while both keys allow Action-mode policies to act", registry=r)
         self.states = _WorkloadStates(self)
         r.register(self.states)
         self._anomaly_at: _Recent = _Recent()

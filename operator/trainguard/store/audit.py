@@ -235,6 +235,16 @@ _NODE_FAULTS = frozenset({vocab.Attribution.HARDWARE, vocab.Attribution.SYSTEM, 
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ControlRecord:
+    """A cluster-wide control as stored: its value, who set it last and when (epoch seconds)."""
+
+    name: str
+    value: dict[str, Any]
+    updated_by: str
+    updated_at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class LeaseRecord:
     """One lease's latest claim as a candidate observes it: who holds it (empty: released), its
     term, and when its holder last renewed it or fenced an intent with it (the holder's clock)."""
@@ -987,6 +997,13 @@ class AuditStore:
             query = self._action_query(workload, attempt, generation).order_by(tables.ActionRow.id)
             return [_action_record(row) for row in (await session.execute(query)).scalars().all()]
 
+    async def actions_of(self, workload: str) -> list[actions.ActionRecord]:
+        """Every action row of ``workload`` (all attempts and generations), in the order they were
+        begun: what we did to it, which tells a person's change from ours (``act.whose``)."""
+        query = sa.select(tables.ActionRow).where(tables.ActionRow.workload == workload).order_by(tables.ActionRow.id)
+        async with self._sessions() as session:
+            return [_action_record(row) for row in (await session.execute(query)).scalars().all()]
+
     async def own_exclusions(self, workload: str) -> list[str]:
         """The nodes Trainguard itself added to ``workload``'s exclusions, from its own action rows.
 
@@ -1100,6 +1117,45 @@ class AuditStore:
                       payload=payload, decided_by="detector")
 
         await self._transaction(work)
+
+    async def record_not_ours(self, *, workload: str, attempt: int, payload: dict[str, object], at: float) -> None:
+        """Somebody else's decision about the workload (``act.whose``: a person's cancel, requeue or hold,
+        the scheduler's time limit or preemption), seen and left alone: an ``action`` record with status
+        ``not-ours``, decided by the scheduler's record, written instead of acting."""
+
+        async def work(session: AsyncSession) -> None:
+            await self._ensure_workload(session, workload, at)
+            self._log(session, at=at, workload=workload, attempt=attempt, kind=vocab.AuditKind.ACTION,
+                      payload=payload, decided_by="scheduler")
+
+        await self._transaction(work)
+
+    async def control(self, name: str) -> ControlRecord | None:
+        """The current value of a cluster-wide control (``set_control``), or None if never set."""
+        async with self._sessions() as session:
+            row = await session.get(tables.ControlRow, name)
+            if row is None:
+                return None
+            return ControlRecord(name=row.name, value=dict(row.value), updated_by=row.updated_by,
+                                 updated_at=to_epoch(row.updated_at))
+
+    async def set_control(self, name: str, value: dict[str, Any], *, by: str, channel: str, at: float,
+                          payload: dict[str, object]) -> ControlRecord:
+        """Set a cluster-wide control and write its audit record (kind ``action``, no workload, decided
+        by ``channel``: ``cli``, ``api``, ``kubernetes``) in one transaction."""
+
+        async def work(session: AsyncSession) -> ControlRecord:
+            row = await session.get(tables.ControlRow, name, with_for_update=True)
+            if row is None:
+                row = tables.ControlRow(name=name, value=dict(value), updated_by=by[:255], updated_at=to_datetime(at))
+                session.add(row)
+            else:
+                row.value, row.updated_by, row.updated_at = dict(value), by[:255], to_datetime(at)
+            self._log(session, at=at, workload="", attempt=None, kind=vocab.AuditKind.ACTION,
+                      payload={**payload, "control": name, "by": by}, decided_by=channel)
+            return ControlRecord(name=name, value=dict(value), updated_by=by, updated_at=at)
+
+        return await self._transaction(work)
 
     async def record_api_action(
         self, *, workload: str, attempt: int | None, payload: dict[str, object], by: str, at: float,

@@ -339,3 +339,17 @@ class JournalRow(Base):
     at: orm.Mapped[datetime.datetime]
     size: orm.Mapped[int] = orm.mapped_column(default=0)
     payload: orm.Mapped[dict[str, Any]]
+
+
+class ControlRow(Base):
+    """A cluster-wide control a person sets at run time (migration 0013): ``actions-paused`` (the
+    runtime pause every step of every recovery reads before touching the scheduler). One row per
+    control, overwritten on change; every change is also an audit record, so the history stays."""
+
+    __tablename__ = "controls"
+
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(64), primary_key=True)
+    value: orm.Mapped[dict[str, Any]]
+    """The control's state, e.g. ``{"paused": true, "reason": "..."}``."""
+    updated_by: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
+    updated_at: orm.Mapped[datetime.datetime]

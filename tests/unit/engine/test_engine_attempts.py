@@ -215,7 +215,7 @@ async def test_an_attempt_replaced_while_its_crash_window_settles_is_judged_on_t
     PyTorchJob's re-created pod): the Xid read into the old attempt's still-open crash window is
     judged on that attempt before the new detector takes over, not dropped with the old detector."""
     h = await make_harness()
-    h.submit("31")
+    h.submit("31", exclusions_while_running=True)  # a Kubernetes workload: it restarts itself by design
     await h.step()
     h.write("31", *scenario.ranked(1, scenario.XID_79))
     await h.step()
