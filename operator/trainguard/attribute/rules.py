@@ -210,10 +210,25 @@ def _classify(
     if attribution == A.NONE:
         attribution = A.UNKNOWN
     if attribution == A.UNKNOWN:
-        reasons.append(f"{category}: no rule attributes it")
+        reasons.append(
+            _straggler_reason(nodes, ranks) if category == C.THROUGHPUT_DROP else f"{category}: no rule attributes it"
+        )
         return category, A.UNKNOWN, CONFIDENCE_UNKNOWN, nodes, ranks
     reasons.append(f"{category}: built-in table says {attribution}")
     return category, attribution, CONFIDENCE_TABLE, nodes, ranks
+
+
+def _straggler_reason(nodes: Sequence[str], ranks: Sequence[int]) -> str:
+    """Who is behind a throughput drop, as far as the detector could tell, and why the cause stays
+    unknown (a slow GPU, thermal throttling, a noisy neighbour or uneven data all look alike here)."""
+    if nodes or ranks:
+        who = ", ".join(f"rank {rank}" for rank in ranks) or "a rank"
+        where = f" on {', '.join(nodes)}" if nodes else " (its node unknown)"
+        return (
+            f"throughput drop: {who}{where} fell behind (its own rate below its peers' or its earlier one); "
+            "no rule attributes the cause"
+        )
+    return "throughput drop: no rank or node fell behind the others, so none is suspect; no rule attributes the cause"
 
 
 def _days(seconds: float) -> str:

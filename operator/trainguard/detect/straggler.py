@@ -17,6 +17,12 @@ jitter out):
   shape are compared (``line_shape``: a rank's own line, not rank 0's job-wide one), so a single
   slow rank is found while the job-level rate holds, rank 0 included. ``slow_now`` names the rank
   behind a job-wide drop that ``ThroughputTracker`` already found persistent.
+* Own earlier rate (``PeerComparison.fell_from``): with two ranks, or where the peers' median names
+  nobody, the rank behind a persistent job-wide drop is the one whose own rate fell below
+  ``fraction`` x its level before the drop while its peers held theirs. In synchronous data
+  parallel every rank's step slows and the others wait in all-reduce, so only the slow rank's own
+  compute rate falls; a slower network (every rank's compute holds) or a job-wide slowdown (every
+  rank's falls) names nobody.
 """
 
 from __future__ import annotations
@@ -67,6 +73,10 @@ class Drop:
     key: str = ""
 
 
+Levels = dict[str, dict[str, float]]
+"""Each series' median rate over the window at one scan, by line shape (group) and series key."""
+
+
 class ThroughputTracker:
     """One throughput series (a job, or one rank). Times are any monotonic unit (s or sample index)."""
 
@@ -96,6 +106,11 @@ class ThroughputTracker:
             self._low_first, self._baseline, self._low_since = None, None, None
             self._samples.add(at, rate)
             self._samples.expire(at - self.baseline_window)
+
+    @property
+    def low_since(self) -> float | None:
+        """When the current run of low samples began; None while the rate is at its baseline."""
+        return self._low_since
 
     def _current_baseline(self, at: float) -> float | None:
         """Median of the baseline window: kept sorted as samples come and go, so a sample costs a
@@ -207,6 +222,9 @@ class PeerComparison:
         self._low_since: dict[tuple[str, str], float] = {}
         self._first: dict[tuple[str, str], anomalies.Evidence] = {}
         self._last_evidence: dict[tuple[str, str], anomalies.Evidence] = {}
+        self.levels: Levels = {}
+        """The medians of the latest scan (``stragglers``/``slow_now``): a fresh dict per scan, so a
+        caller may keep one as the ranks' levels before a drop at no cost (``fell_from``)."""
 
     def add(
         self, key: str, at: float, rate: float, evidence: anomalies.Evidence | None = None, *, group: str = ""
@@ -241,6 +259,7 @@ class PeerComparison:
                 self._forget(ident)
             elif len(series.samples) >= MIN_LOW_SAMPLES:
                 by_group.setdefault(ident[0], {})[ident[1]] = series.median()
+        self.levels = by_group
         found: dict[str, Drop] = {}
         for group, medians in by_group.items():
             if len(medians) < MIN_PEERS:
@@ -260,6 +279,30 @@ class PeerComparison:
                 else:
                     self._low_since.pop(ident, None)
                     self._first.pop(ident, None)
+        return sorted(found.values(), key=lambda d: d.current / d.baseline)
+
+    def fell_from(self, before: Levels, since: float) -> list[Drop]:
+        """Series whose own rate fell below ``fraction`` x their level in ``before`` (levels kept
+        from a scan before a job-wide drop began at ``since``), as of the latest scan, slowest first.
+
+        A series is named only where at least as many series of its line shape held their rate as
+        fell: the rank whose own compute time rose while its peers' did not. Two ranks are enough
+        (unlike ``stragglers``, which needs ``MIN_PEERS`` for a median of the others); a series
+        alone in its shape (rank 0's job-wide line) is never named, and neither is anyone when
+        every rank's rate fell alike (the slowdown is the job's, not one rank's)."""
+        found: dict[str, Drop] = {}
+        for group, now in self.levels.items():
+            then = before.get(group)
+            if not then:
+                continue
+            compared = [(key, then[key], value) for key, value in now.items() if then.get(key, 0.0) > 0]
+            fell = [(key, level, value) for key, level, value in compared if value < self.fraction * level]
+            if not fell or len(fell) * 2 > len(compared):
+                continue
+            for key, level, value in fell:
+                drop = Drop(since, level, value, self._last_evidence.get((group, key)), key)
+                if key not in found or drop.current / drop.baseline < found[key].current / found[key].baseline:
+                    found[key] = drop
         return sorted(found.values(), key=lambda d: d.current / d.baseline)
 
     def _forget(self, ident: tuple[str, str]) -> None:

@@ -127,6 +127,9 @@ class WorkloadDetector:
         self._ranks_seen: set[int] = set()
         self._straggler_reported: set[str] = set()
         self._peers_checked: float | None = None
+        self._levels_before: dict[str, straggler.Levels] = {}
+        """Per line shape: the ranks' levels at the last peer check while that shape's job rate held
+        (kept through its drop, so the rank whose own rate fell can be named; ``fell_from``)."""
         self._ended = False
         self.last_progress: anomalies.Evidence | None = None
         """The latest progress line seen (the engine's signal journal samples it)."""
@@ -246,20 +249,31 @@ class WorkloadDetector:
             # cost O(ranks) per line; persistence is minutes, so once a second loses nothing.
             self._peers_checked = now
             drops = self._peers.stragglers(now)
+            for shape, tracker in self._throughput.items():
+                if tracker.low_since is None:
+                    self._levels_before[shape] = self._peers.levels  # a reference: the scan made a fresh dict
         for drop in drops:
             if drop.key in self._straggler_reported:
                 continue
             self._straggler_reported.add(drop.key)
             found.append(self._straggler_anomaly(drop, now))
-        job_drop = next((d for t in self._throughput.values() if (d := t.drop(now)) is not None), None)
+        shape, job_drop = next(
+            ((shape, d) for shape, t in self._throughput.items() if (d := t.drop(now)) is not None), ("", None)
+        )
         if job_drop is not None and "" not in self._straggler_reported and not found:
             self._straggler_reported.add("")
             # The job-wide drop is already persistent: a rank below its peers now is the one behind it
             # (its own compute time rose while the others wait for it), so the anomaly names it at once.
             slow = self._peers.slow_now(now)
             named = slow if len(slow) * 4 <= self._peers.series_count() else []
+            why = "below its peers"
+            if not named:
+                # Too few peers for a median (two ranks), or none below it: the rank whose own rate
+                # fell since before the drop while its peers held theirs is the one behind it.
+                named = self._peers.fell_from(self._levels_before.get(shape, {}), job_drop.since)
+                why = "below its own rate before the drop, its peers' held"
             self._straggler_reported.update(d.key for d in named)
-            found.append(straggler_anomaly(job_drop, now, self.rank_map, named))
+            found.append(straggler_anomaly(job_drop, now, self.rank_map, named, why=why))
         return found
 
     def _straggler_anomaly(self, drop: straggler.Drop, now: float) -> anomalies.Anomaly:
@@ -275,10 +289,16 @@ def _series_key(item: anomalies.Evidence) -> str | None:
 
 
 def straggler_anomaly(
-    drop: straggler.Drop, now: float, rank_map: hosts.RankMap, slow: Sequence[straggler.Drop] = ()
+    drop: straggler.Drop,
+    now: float,
+    rank_map: hosts.RankMap,
+    slow: Sequence[straggler.Drop] = (),
+    *,
+    why: str = "below its peers",
 ) -> anomalies.Anomaly:
     """A throughput-drop anomaly; suspects only when a rank/node is slow against its peers: the
-    drop's own series, or for a job-wide drop the series in ``slow`` (below their peers now).
+    drop's own series, or for a job-wide drop the series in ``slow`` (below their peers now, or
+    below their own rate before the drop; ``why`` says which, in the summary).
     The evidence lines carry the rank and its node, so the anomaly names them without the verdict."""
     nodes: list[str] = []
     ranks: list[int] = []
@@ -306,7 +326,7 @@ def straggler_anomaly(
             evidence.append(item.first.model_copy(update=update))
     who = f" on {drop.key}" if drop.key else ""
     if slow:
-        who += f" (below its peers: {', '.join(d.key for d in slow)})"
+        who += f" ({why}: {', '.join(d.key for d in slow)})"
     return anomalies.Anomaly(
         symptom=vocab.Symptom.STRAGGLER,
         category=vocab.Category.THROUGHPUT_DROP,

@@ -15,7 +15,8 @@ The rules, in order; each appends a reason to the Advice:
    attributions, categories, exit codes; ``match_rule``) decides: Requeue, RequeueExcluding
    (the suspects and lemon nodes become exclusion candidates), Stop, Hold or Ignore. Without
    a matching rule, the built-in behaviour: a straggler/throughput drop gets nothing unless
-   ``throughputDropAction: requeue`` (then a requeue without the slow node); an application
+   ``throughputDropAction: requeue`` (then a requeue without the slow node the verdict names, and
+   a reason that says so when it names none); an application
    failure gets ``applicationErrorAction``; hardware, system, unknown failures and hangs get a
    requeue (the executor cancels/requeues a hung attempt). Hardware suspects (and lemon nodes
    of the verdict) become exclusion candidates when ``excludeOnHardware``.
@@ -186,8 +187,22 @@ def _wanted(
         if spec.detection.throughput_drop_action == "off":
             reasons.append("throughput drop: detected and recorded; throughputDropAction is off")
             return Action.NONE, []
-        reasons.append("throughput drop and throughputDropAction is requeue: requeue without the slow node")
-        return Action.REQUEUE, list(dict.fromkeys([*verdict.suspect_nodes, *lemons]))
+        avoid = list(dict.fromkeys([*verdict.suspect_nodes, *lemons]))
+        if verdict.suspect_nodes:
+            slow = list(dict.fromkeys(verdict.suspect_nodes))
+            noun = "node" if len(slow) == 1 else "nodes"
+            reasons.append(
+                f"throughput drop and throughputDropAction is requeue: requeue without the slow {noun} "
+                f"({', '.join(slow)})"
+            )
+        else:
+            # Say so rather than promise an exclusion: the requeued job may land on the same nodes.
+            tail = f" without the lemon nodes ({', '.join(lemons)})" if lemons else " (it may land on the same nodes)"
+            reasons.append(
+                "throughput drop and throughputDropAction is requeue: no slow node could be named (no rank fell "
+                f"behind the others), so none is excluded for it: requeue{tail}"
+            )
+        return Action.REQUEUE, avoid
 
     if any(item.pattern == evidence.METRIC_FAULT_PATTERN for item in anomaly.evidence) and (
         spec.detection.gpu_metric_action == "record"

@@ -177,3 +177,28 @@ def test_lemon_job_node_is_not_added_when_the_cause_is_known() -> None:
     anomaly = _anomaly(C.PYTHON_EXCEPTION, [_ev(C.PYTHON_EXCEPTION, 1, "n1")], suspect_nodes=["n1"])
     verdict = _attribute(anomaly, _history("n3", 5), job_nodes=["n1", "n3"])
     assert verdict.suspect_nodes == ["n1"] and verdict.lemon_nodes == []
+
+
+def test_throughput_drop_verdict_says_who_fell_behind_or_that_nobody_did() -> None:
+    """A straggler's verdict names the slow rank's node from the anomaly, and says so; without one it
+    says that no rank fell behind rather than only "no rule attributes it"."""
+    named = _attribute(
+        _anomaly(
+            C.THROUGHPUT_DROP,
+            [_ev(C.THROUGHPUT_DROP, 40, "n2", rank=1)],
+            symptom=vocab.Symptom.STRAGGLER,
+            suspect_nodes=["n2"],
+            suspect_ranks=[1],
+        ),
+        job_nodes=["n1", "n2"],
+        allocation=["n1", "n2"],
+    )
+    assert (named.attribution, named.suspect_nodes, named.suspect_ranks) == (AT.UNKNOWN, ["n2"], [1])
+    assert named.reasons[0].startswith("throughput drop: rank 1 on n2 fell behind")
+    nobody = _attribute(
+        _anomaly(C.THROUGHPUT_DROP, [_ev(C.THROUGHPUT_DROP, 40)], symptom=vocab.Symptom.STRAGGLER),
+        job_nodes=["n1", "n2"],
+        allocation=["n1", "n2"],
+    )
+    assert (nobody.attribution, nobody.suspect_nodes) == (AT.UNKNOWN, [])
+    assert "no rank or node fell behind the others, so none is suspect" in nobody.reasons[0]

@@ -214,6 +214,30 @@ def test_straggler_requeue_excludes_the_slow_node_when_enabled() -> None:
         job=_job(state=J.RUNNING, exit_code=None),
     )
     assert result.action == A.REQUEUE and result.exclude_nodes == ["n3"]
+    assert "requeue without the slow node (n3)" in result.reasons[0]
+
+
+def test_straggler_requeue_without_a_named_node_says_it_excludes_none() -> None:
+    """The whole job slowed and no rank fell behind: the advice must not promise an exclusion it does
+    not make (issue 23: it read "requeue without the slow node" and excluded nobody)."""
+    straggler = _anomaly(vocab.Symptom.STRAGGLER, vocab.Category.THROUGHPUT_DROP)
+    unnamed = _verdict(vocab.Attribution.UNKNOWN, vocab.Category.THROUGHPUT_DROP)
+    result = _decide(
+        _spec(detection={"throughputDropAction": "requeue"}),
+        anomaly=straggler,
+        verdict=unnamed,
+        job=_job(state=J.RUNNING, exit_code=None),
+    )
+    assert result.action == A.REQUEUE and result.exclude_nodes == []
+    assert "no slow node could be named" in result.reasons[0] and "none is excluded" in result.reasons[0]
+    assert not any("without the slow node" in reason for reason in result.reasons)
+    lemon = _decide(
+        _spec(detection={"throughputDropAction": "requeue"}),
+        anomaly=straggler,
+        verdict=_verdict(vocab.Attribution.UNKNOWN, vocab.Category.THROUGHPUT_DROP, lemons=["n4"]),
+        job=_job(state=J.RUNNING, exit_code=None),
+    )
+    assert lemon.exclude_nodes == ["n4"] and "without the lemon nodes (n4)" in lemon.reasons[0]
 
 
 def test_exclusions_merge_with_earlier_ones_and_respect_the_cap() -> None:
