@@ -36,7 +36,8 @@ from trainguard import settings as settings_mod
 from trainguard import shards as shards_mod
 from trainguard.act import executor as executor_mod
 from trainguard.act import ports as act_ports
-from trainguard.act import undrain
+from trainguard.act import switch as switch_mod
+from trainguard.act import undrain, whose
 from trainguard.attribute import allocation as alloc
 from trainguard.attribute import evidence as node_evidence
 from trainguard.attribute import external, lemon, rules
@@ -114,6 +115,11 @@ class WorkloadRuntime:
     that Kubernetes status and the console show; the audit store stays the durable log."""
     metric_faults: dict[int, set[tuple[str, str, int | None, float]]] = field(default_factory=dict)
     """Attempt -> GPU-metric faults already raised as anomalies (each one once)."""
+    unwatched: int | None = None
+    """The attempt first seen already ended with no history of ours (it ended before we watched):
+    recorded as such and never judged or acted on (``Engine._unwatched``). A later attempt is watched."""
+    not_ours: set[int] = field(default_factory=set)
+    """Attempts somebody else's decision ended (``act.whose``), recorded once each, never acted on."""
     awaiting_metrics: bool = False
     """A crash's decision waits for the GPU metrics (``Engine._after_metrics``): like a deferred
     decision, its lines must be read again after a restart, so read positions are not saved."""
@@ -166,7 +172,18 @@ class Engine:
         self.clock = clock_
         self.settings = settings
         self.listeners = list(listeners)
-        self.executor = executor_mod.Executor(scheduler, store, clock_, blast_limit=self._blast_limit, fence=fence)
+        self.switch = switch_mod.ActionSwitch(settings.allow_action, store)
+        """Both run-time keys (the cluster switch, the runtime pause), read before every Action step."""
+        self.executor = executor_mod.Executor(
+            scheduler, store, clock_, blast_limit=self._blast_limit, fence=fence, switch=self.switch,
+            store_outage=lambda exc: health_mod.classify(exc) == health_mod.STORE,
+            scheduler_outage=lambda exc: (health_mod.classify(exc) == health_mod.SCHEDULER
+                                          and not isinstance(exc, base.JobGone | base.Unsupported)))
+        self._paused: str | None = None
+        """Why actions are off now, as the last sweep read it (node housekeeping, the gauge)."""
+        self._discovered = False
+        """Whether a discovery round has completed: a job first seen ended in the first round had
+        ended before this engine could watch it (``_unwatched``)."""
         self.discovery = discovery.JobDiscovery(
             scheduler if shards is None else shards_mod.OwnedLister(scheduler, shards), clock_)
         self.undrainer = undrain.Undrainer(scheduler, store, clock_, self._undrain_rule)
@@ -368,6 +385,7 @@ class Engine:
         await self._take_over()
         await self._forget_settled()
         await self.journal.flush()
+        self._discovered = True
 
     def _effective_spec(
         self, job: workloads.JobSnapshot, opt_in: overrides.OptIn
@@ -494,6 +512,9 @@ class Engine:
         if known:
             await self._restore_history(rt)
             rt.job = job = await self._floor_attempt(job, rt.history)
+        elif spec is not None and self._unwatched(job):
+            rt.unwatched = job.attempt
+            await self._record_unwatched(rt, job)
         self.runtimes[job.workload] = rt
         logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s: %s)", job.workload, job.job_id, job.attempt,
                     job.state.value, name or "-", f", mode {spec.mode.value}" if spec else ", NOT COVERED",
@@ -503,6 +524,56 @@ class Engine:
             await self._open_tailers(rt, resume_from=resume_from)
         await self._update(rt, job, first=True)
         rt.ready = True
+
+    def _unwatched(self, job: workloads.JobSnapshot) -> bool:
+        """Whether ``job``, first seen with no history in the store, had already ended before this engine
+        could watch it: it ended before we started, or it is listed ended in our first discovery round
+        without an end time. Nobody watched that failure; a person may have resubmitted the job since,
+        or decided not to. It is recorded and never acted on (in both modes). A job that ended after
+        we started (between two listings) was watched and is judged as usual."""
+        if not job.state.finished:
+            return False
+        if job.ended_at is not None:
+            return job.ended_at < self.started_at
+        return not self._discovered
+
+    async def _record_unwatched(self, rt: WorkloadRuntime, job: workloads.JobSnapshot) -> None:
+        change = whose.Change(whose.SCHEDULER, "ended-unwatched",
+                              f"attempt {job.attempt} had already ended ({job.state.value}) before Trainguard "
+                              "watched it: recorded, not judged or acted on")
+        await self._record_not_ours(rt, job, job.attempt, change)
+
+    async def _record_not_ours(self, rt: WorkloadRuntime, job: workloads.JobSnapshot, attempt: int,
+                               change: whose.Change) -> None:
+        """Record somebody else's decision about ``attempt`` once (``act.whose``); never acted on."""
+        if attempt in rt.not_ours:
+            return
+        rt.not_ours.add(attempt)
+        payload = change.payload(job)
+        await self.store.record_not_ours(workload=rt.workload, attempt=attempt, payload=payload, at=self.clock.now())
+        await self._notify(rt, vocab.AuditKind.ACTION, payload)
+        logger.info("%s attempt %d: %s; recorded, not acted on", rt.workload, attempt, change)
+
+    async def _note_ending(self, rt: WorkloadRuntime, job: workloads.JobSnapshot, attempt: int) -> None:
+        """Discovery saw ``attempt`` end or be replaced: record it when it was somebody else's decision
+        (``act.whose``), whether or not its output shows anything, so the console and the Events say who
+        ended it; the decision gate (``_not_ours``) then answers it with nothing."""
+        if attempt in rt.not_ours:
+            return
+        change = whose.ending(job, attempt, await self.store.actions_of(rt.workload))
+        if change is not None:
+            await self._record_not_ours(rt, job, attempt, change)
+
+    async def _not_ours(self, rt: WorkloadRuntime, attempt: int) -> whose.Change | None:
+        """Somebody else's decision that ended ``attempt``, from a fresh read of the job and our own
+        action rows (``act.whose.ending``), recorded once; None when the workload's failure stands."""
+        if attempt in rt.not_ours:
+            return whose.Change(whose.PERSON, "recorded", "somebody else's decision, already recorded")
+        job = await self._fresh_job(rt)
+        change = whose.ending(job, attempt, await self.store.actions_of(rt.workload))
+        if change is not None:
+            await self._record_not_ours(rt, job, attempt, change)
+        return change
 
     async def _floor_attempt(
         self, job: workloads.JobSnapshot, history: ledger.WorkloadHistory
@@ -693,8 +764,12 @@ class Engine:
         # old attempt's teardown (slurmstepd "CANCELLED ... DUE TO JOB REQUEUE") go to the old one.
         # An attempt first seen already failed (it started and died between two listings) gets its
         # own detector too, so its exit state is judged.
+        if rt.unwatched is not None and job.attempt > rt.unwatched:
+            rt.unwatched = None  # requeued since (by a person): this attempt is watched from its start
         ran = job.state == workloads.JobState.RUNNING or job.state in _FAILED_STATES
-        if (rt.detector is None and _has_run(job)) or (
+        if rt.unwatched is not None:
+            pass  # ended before we watched: its output is not judged
+        elif (rt.detector is None and _has_run(job)) or (
             rt.detector is not None and job.attempt > rt.detector_attempt and ran
         ):
             if rt.detector is not None:
@@ -716,6 +791,8 @@ class Engine:
             # Requeued (by us, a person or Slurm) before we saw the old attempt end: it ended now.
             await self.store.record_attempt(workload=rt.workload, attempt=previous.attempt, at=now, ended_at=now,
                                             state=workloads.JobState.REQUEUED.value)
+        if not first and job.attempt > previous.attempt and rt.spec is not None:
+            await self._note_ending(rt, job, previous.attempt)  # a person's requeue is theirs
         if not first and (job.state != previous.state or job.attempt != previous.attempt):
             await self.store.set_workload_state(rt.workload, job.state.value, at=now)
         if rt.detector is not None and rt.detector.attempt == job.attempt and job.nodes and job.nodes != previous.nodes:
@@ -724,6 +801,8 @@ class Engine:
         with self.store.grouped() if first else contextlib.nullcontext():  # see _track_all
             await self._remember_allocation(rt, job, previous, first=first)
         if job.state.finished and (first or not previous.state.finished):
+            if rt.spec is not None and rt.unwatched is None:
+                await self._note_ending(rt, job, job.attempt)  # a person's cancel, the time limit: theirs
             await self._drain(rt)
             rt.finished_at = now
             rt.history = ledger.record_attempt_end(rt.history, job.attempt, now)
@@ -784,7 +863,8 @@ class Engine:
         read positions that moved are stored in one write."""
         runtimes = [rt for rt in self.runtimes.values() if rt.ready]
         for rt in runtimes:
-            if rt.detector is None and rt.spec is not None and rt.job.state == workloads.JobState.RUNNING:
+            if (rt.detector is None and rt.spec is not None and rt.job.state == workloads.JobState.RUNNING
+                    and rt.unwatched is None):
                 await self._place_at_attempt_start(rt, rt.job)
                 self._new_detector(rt, rt.job)  # a policy now covers it (e.g. a RecoveryPolicy appeared)
         # Every file is read concurrently on the pool: a hung file holds up no other workload.
@@ -934,6 +1014,9 @@ class Engine:
         attempt = rt.detector.attempt
         if await self._own_effect(rt, anomaly, attempt):
             return
+        change = await self._not_ours(rt, attempt)
+        if change is not None and own_actions.is_teardown(anomaly):
+            return  # the teardown of somebody else's cancel, requeue or time limit: their decision, recorded
         now = self.clock.now()
         anomaly = alloc.confine_anomaly(anomaly, await self._allocation(rt))
         await self.store.record_anomaly(workload=rt.workload, attempt=attempt, anomaly=anomaly, at=now)
@@ -946,6 +1029,8 @@ class Engine:
             return
         await self._record_verdict(rt, verdict, attempt)
 
+        if change is not None:
+            return  # evidence only: somebody else's decision ended the attempt (recorded by _not_ours)
         earlier = rt.advised.get(attempt)
         if earlier is not None and not _stronger(verdict, earlier):
             logger.info("%s attempt %d: already advised (%s); %s recorded as evidence only", rt.workload, attempt,
@@ -1024,8 +1109,10 @@ class Engine:
         reads them again). Deferred decisions do not: lines read since may wait on them.
         """
         assert rt.spec is not None
+        if await self._not_ours(rt, attempt) is not None:
+            return None  # somebody else's decision ended the attempt meanwhile: recorded, never answered
         generation = rt.history.advice_generation + 1
-        job = await self._fresh_job(rt)
+        job = rt.job  # read fresh by _not_ours
         now, history = self.clock.now(), rt.history
         partition_nodes = await self._partition_nodes(job.partition)
         own = await self.store.own_exclusions(rt.workload)
@@ -1203,10 +1290,20 @@ class Engine:
         """Watchdog: give up on advice past its deadline, releasing any hold of ours; then release
         requeued jobs whose retry backoff (``Advice.release_at``) has passed; then resume the nodes
         we drained whose policy's ``exclusion.undrainAfter`` has passed (``act.undrain``)."""
+        paused = await self.switch.blocked()
+        if paused != self._paused:
+            if paused and self.settings.allow_action:
+                logger.warning("actions are off: %s", paused)
+            elif self._paused and self.settings.allow_action:
+                logger.warning("actions are allowed again (policies in Action mode act)")
+            self._paused = paused
+        self.metrics.actions_paused.set(1 if paused else 0)
         await self.executor.watchdog.sweep()
         now = self.clock.now()
         for item in await self.store.pending_advice():
-            if item.release_at is None or now < item.release_at or not self._mine(item.workload):
+            stalled = (item.workload, item.attempt, item.generation) in self.executor.stalled
+            if not self._mine(item.workload) or (
+                    not stalled and (item.release_at is None or now < item.release_at)):
                 continue
             rt = self.runtimes.get(item.workload)
             if rt is None:
@@ -1221,7 +1318,7 @@ class Engine:
         policy = self.policies.get(policy_name or None)
         if policy is None:
             return None
-        acting = self.settings.allow_action and policy.spec.mode == vocab.Mode.ACTION
+        acting = self.settings.allow_action and self._paused is None and policy.spec.mode == vocab.Mode.ACTION
         return undrain.UndrainRule(policy.spec.exclusion.undrain_after,
                                    vocab.Mode.ACTION if acting else vocab.Mode.MONITOR)
 

@@ -34,6 +34,7 @@ from trainguard import health as health_mod
 from trainguard.act import undrain
 from trainguard.http import app as http_app
 from trainguard.http import auth, login, models, openapi, sse
+from trainguard.http import pause as pause_routes
 from trainguard.model import actions, vocab
 from trainguard.observe import goodput
 from trainguard.store import audit, queries
@@ -818,6 +819,7 @@ ROUTES: Final = (
     ("POST", "/backtest", run_backtest),
     ("GET", "/events", events),
     ("GET", "/scorecard", get_scorecard),
+    *pause_routes.ROUTES,
 )
 
 

@@ -174,6 +174,25 @@ class EngineHealth(_Model):
     tracked_workloads: int
 
 
+class ActionsState(_Model):
+    """``GET /api/v1/actions``: whether recoveries may change the scheduler now (both keys)."""
+
+    acting: bool = Field(description="true when Action-mode policies act now: the cluster switch is on and "
+                                     "actions are not paused")
+    switch: bool = Field(description="the cluster-wide switch this process runs with (--mode action)")
+    paused: bool = Field(description="the runtime pause (trainguard actions pause, the API, the console, the "
+                                     "trainguard-control ConfigMap)")
+    reason: str = Field(description="why actions are paused (empty when not)")
+    by: str = Field(description="who set or cleared the pause last")
+    since: datetime.datetime | None = Field(description="when the pause was last set or cleared")
+
+
+class PauseRequest(_Model):
+    """``POST /api/v1/actions/pause``."""
+
+    reason: str = Field(min_length=1, max_length=1000, description="why (recorded and shown in the console)")
+
+
 class ModeChange(_Model):
     mode: Literal["Monitor", "Action", "monitor", "action"]
 
@@ -357,6 +376,6 @@ MODELS: tuple[type[BaseModel], ...] = (
     Error, WorkloadItem, WorkloadPage, AuditItem, AuditPage, Evidence, TimelineStep, AttemptView, WorkloadDetail,
     PolicyItem, PolicyList, NodeIncident, NodeAction, NodeItem, NodeList, EngineHealth, ModeChange, Acknowledge,
     MutationResult, WhoAmI, ScorecardRow, ScorecardSummary, Scorecard, GoodputRow, GoodputFailure, GoodputReport,
-    BacktestRequest, BacktestRow, BacktestSummary, BacktestResult,
+    BacktestRequest, BacktestRow, BacktestSummary, BacktestResult, ActionsState, PauseRequest,
 )
 """Every model the document's components hold."""

@@ -118,6 +118,10 @@ def document() -> dict[str, Any]:
                             "content": {"application/json": {"schema": _ref(models.BacktestRequest)}}},
             "responses": {"200": _answer(models.BacktestResult, "OK"), **_ERRORS,
                           "403": _answer(models.Error, "missing CSRF header or cross-origin request")}}},
+        "/api/v1/actions": _get(models.ActionsState, "whether recoveries may change the scheduler now: the "
+                                "cluster switch and the runtime pause"),
+        "/api/v1/actions/pause": _post(models.PauseRequest, "pause every recovery action (no restart; audited)", []),
+        "/api/v1/actions/resume": _post(None, "clear the runtime pause (audited)", []),
         "/api/v1/health": _get(models.EngineHealth, "engine health: scheduler/store reachability, loop lag, leader"),
         "/api/v1/whoami": _get(models.WhoAmI, "the caller's identity and role"),
         "/api/v1/scorecard": _get(models.Scorecard, "Monitor-mode advice scored by what happened next, per-policy "

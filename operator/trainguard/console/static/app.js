@@ -13,6 +13,7 @@ import * as policies from "./pages/policies.js";
 import * as scorecard from "./pages/scorecard.js";
 import * as goodput from "./pages/goodput.js";
 import * as backtest from "./pages/backtest.js";
+import * as pausebar from "./pause.js";
 
 const PAGES = { overview, workloads, workload, audit, nodes, policies, scorecard, goodput, backtest };
 
@@ -132,6 +133,7 @@ async function start() {
   setLive("off");
   if (await whoami()) {
     startEvents();
+    pausebar.mount(document.getElementById("pausebar"), () => session.canWrite(), onLive);
     render();
   }
 }

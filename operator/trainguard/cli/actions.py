@@ -1,0 +1,111 @@
+"""`trainguard actions pause|resume|status`: the runtime pause of every recovery action.
+
+A shell over the store's ``controls`` table (``act.switch``): ``pause`` stops every pending step of
+every recovery, in every replica, from the next step on (within one sweep for generations waiting on a
+backoff), without a restart; pending Action generations are closed with our holds released and the
+audit says why. ``resume`` allows Action-mode policies to act again (only on new decisions: what was
+closed while paused stays closed). Both write an audit record (kind ``action``, no workload). Detection,
+verdicts and advice go on while paused: the pause stops changes to the scheduler, not the record.
+
+It opens the database exactly as ``run`` and ``operator`` do (``--db``, ``--db-file``, ``--home``,
+``--config``, or TRAINGUARD_DB_URL, TRAINGUARD_DB_URL_FILE, TRAINGUARD_HOME). Exit codes: 0 done, 1 the
+database cannot be opened, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import socket
+import sys
+from typing import Any
+
+from trainguard.cli import config
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser("actions", help="pause or resume every recovery action at run time (no restart)",
+                            description="The runtime pause: while it is set, no recovery changes the scheduler "
+                            "(detection and advice go on and are recorded).")
+    verbs = parser.add_subparsers(dest="actions_verb", metavar="VERB", required=True)
+    pause = verbs.add_parser("pause", help="stop every pending and future step of every recovery",
+                             description="Set the runtime pause: every replica stops before its next step; pending "
+                             "Action generations are closed, our holds released. Audited.")
+    pause.add_argument("--reason", required=True, help="why (recorded in the audit log and shown in the console)")
+    resume = verbs.add_parser("resume", help="allow Action-mode policies to act again",
+                              description="Clear the runtime pause. Audited.")
+    status = verbs.add_parser("status", help="print whether actions are paused, by whom and why",
+                              description="Print the runtime pause as stored.")
+    status.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: one object {paused, reason, by, since}; text: one line (default)")
+    for verb in (pause, resume, status):
+        verb.add_argument("--config", default=None, metavar="FILE",
+                          help="YAML file of settings (as for trainguard run/operator)")
+        verb.add_argument("--db", dest="db_url", default=None, metavar="URL",
+                          help="audit database URL (env TRAINGUARD_DB_URL; default: SQLite in --home)")
+        verb.add_argument("--db-file", dest="db_url_file", default=None, metavar="FILE",
+                          help="file holding the audit database URL (env TRAINGUARD_DB_URL_FILE)")
+        verb.add_argument("--home", default=None, metavar="DIR", help="state folder (env TRAINGUARD_HOME)")
+    for verb in (pause, resume):
+        verb.add_argument("--by", default=None, metavar="NAME",
+                          help="who is recorded as having set it (default: USER@HOST of this shell)")
+    parser.set_defaults(func=run)
+
+
+def _who(args: argparse.Namespace) -> str:
+    if args.by:
+        return str(args.by)
+    try:
+        user = getpass.getuser()
+    except Exception:  # no name for this uid (a container): the uid says it
+        user = "uid-unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def run(args: argparse.Namespace) -> int:
+    flags = {name: getattr(args, name) for name in ("config", "db_url", "db_url_file", "home")
+             if getattr(args, name) is not None}
+    try:
+        settings = config.load(config.Settings, flags)
+    except config.ConfigError as exc:
+        print(f"trainguard actions: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_run(args, settings.database_url()))
+
+
+async def _run(args: argparse.Namespace, url: str) -> int:
+    import time
+
+    from trainguard.act import switch
+    from trainguard.store import database
+
+    try:
+        store = await database.open_store(url)
+    except database.StoreError as exc:
+        print(f"trainguard actions: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if args.actions_verb == "status":
+            record = await store.control(switch.PAUSE)
+            reason = switch.pause_reason(record)
+            view = {"paused": reason is not None,
+                    "reason": str(record.value.get("reason", "")) if record is not None and reason else "",
+                    "by": record.updated_by if record is not None else "",
+                    "since": record.updated_at if record is not None else None}
+            if args.format == "json":
+                print(json.dumps(view, sort_keys=True))
+            else:
+                print(reason or "actions are not paused (each Action-mode policy acts when the cluster switch is on)")
+            return 0
+        paused = args.actions_verb == "pause"
+        value: dict[str, Any] = {"paused": paused, "reason": args.reason if paused else ""}
+        await store.set_control(switch.PAUSE, value, by=_who(args), channel="cli", at=time.time(),
+                                payload={"operation": "pause" if paused else "resume-actions", "status": "done",
+                                         "reason": value["reason"]})
+        print("actions paused: no recovery changes the scheduler until `trainguard actions resume`" if paused
+              else "actions resumed: Action-mode policies act again (when the cluster switch is on)")
+        return 0
+    finally:
+        await store.close()

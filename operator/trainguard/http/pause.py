@@ -1,0 +1,77 @@
+"""``/api/v1/actions``: the runtime pause of every recovery action, read and set over HTTP.
+
+The same control as ``trainguard actions pause|resume`` (``act.switch``, the store's ``controls``
+table): setting it takes effect at the next step of every recovery in every replica, without a
+restart, and is audited (kind ``action``, no workload, decided by ``api``, ``by`` the caller). The
+write role is needed to set or clear it (``http.auth``); anyone who may read may see it.
+
+Place: a route module of ``http.api`` (which mounts ``ROUTES``); it reaches the API's state and
+helpers through that module at call time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+from aiohttp import web
+
+from trainguard.act import switch
+from trainguard.http import auth, models
+from trainguard.store import audit
+
+
+def view(allow_action: bool, record: audit.ControlRecord | None) -> models.ActionsState:
+    """The pause as the API shows it, with the cluster switch of this process."""
+    reason = switch.pause_reason(record)
+    return models.ActionsState(
+        acting=allow_action and reason is None, switch=allow_action, paused=reason is not None,
+        reason=str(record.value.get("reason", "")) if record is not None and reason is not None else "",
+        by=record.updated_by if record is not None else "",
+        since=datetime.datetime.fromtimestamp(record.updated_at, datetime.UTC) if record is not None else None)
+
+
+async def get_actions(request: web.Request) -> web.Response:
+    from trainguard.http import api
+
+    state = request.app[api.STATE]
+    api._params(request, ())
+    return api._json(view(state.allow_action, await state.store().control(switch.PAUSE)))
+
+
+async def _set(request: web.Request, paused: bool, reason: str) -> web.Response:
+    from trainguard.http import api
+
+    state = request.app[api.STATE]
+    who = auth.principal_of(request)
+    await state.store().set_control(
+        switch.PAUSE, {"paused": paused, "reason": reason}, by=who.user, channel="api", at=time.time(),
+        payload={"operation": "pause" if paused else "resume-actions", "status": "done", "reason": reason})
+    if paused:
+        message = "actions paused: no recovery changes the scheduler until they are resumed"
+    else:
+        message = "actions resumed" + ("" if state.allow_action else
+                                       " (the cluster switch is off: nothing acts until --mode action)")
+    return api._json(models.MutationResult(ok=True, message=message))
+
+
+async def pause(request: web.Request) -> web.Response:
+    from trainguard.http import api
+
+    api._params(request, ())
+    body: models.PauseRequest = await api._body(request, models.PauseRequest)
+    return await _set(request, True, body.reason)
+
+
+async def resume(request: web.Request) -> web.Response:
+    from trainguard.http import api
+
+    api._params(request, ())
+    return await _set(request, False, "")
+
+
+ROUTES = (
+    ("GET", "/actions", get_actions),
+    ("POST", "/actions/pause", pause),
+    ("POST", "/actions/resume", resume),
+)
