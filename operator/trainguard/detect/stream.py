@@ -130,6 +130,10 @@ class WorkloadDetector:
         self._levels_before: dict[str, straggler.Levels] = {}
         """Per line shape: the ranks' levels at the last peer check while that shape's job rate held
         (kept through its drop, so the rank whose own rate fell can be named; ``fell_from``)."""
+        self._low_seen: dict[str, float] = {}
+        """Per line shape: the last peer check that found its job rate low. The levels are taken
+        again only a window after it, so a single sample back at speed in the middle of a drop does
+        not replace the levels before the drop with the slow rank's slow one."""
         self._ended = False
         self.last_progress: anomalies.Evidence | None = None
         """The latest progress line seen (the engine's signal journal samples it)."""
@@ -249,8 +253,11 @@ class WorkloadDetector:
             # cost O(ranks) per line; persistence is minutes, so once a second loses nothing.
             self._peers_checked = now
             drops = self._peers.stragglers(now)
+            window = self._settings.throughput_window_s
             for shape, tracker in self._throughput.items():
-                if tracker.low_since is None:
+                if tracker.low_since is not None:
+                    self._low_seen[shape] = now
+                elif shape not in self._low_seen or now - self._low_seen[shape] >= window:
                     self._levels_before[shape] = self._peers.levels  # a reference: the scan made a fresh dict
         for drop in drops:
             if drop.key in self._straggler_reported:

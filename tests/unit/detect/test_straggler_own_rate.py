@@ -35,9 +35,13 @@ def _lines(step: int, world: int, compute_ms: Callable[[int], float], step_ms: f
 
 
 def _run(
-    world: int, compute_ms: Callable[[int, bool], float], step_ms: Callable[[bool], float]
+    world: int,
+    compute_ms: Callable[[int, bool], float],
+    step_ms: Callable[[bool], float],
+    healthy_rounds: frozenset[int] = frozenset(),
 ) -> list[anomalies.Anomaly]:
-    """180 logging rounds 2 s apart, the slowdown from round 60 on; a window of 30 s."""
+    """180 logging rounds 2 s apart, the slowdown from round 60 on (except ``healthy_rounds``, where
+    the job line alone is back at full speed); a window of 30 s."""
     now = clock.ManualClock(start=1_800_000_000.0)
     detector = stream.WorkloadDetector(
         matcher.build_matcher(catalog.Catalog(version="test", patterns=()), engine="python"),
@@ -52,7 +56,7 @@ def _run(
     for round_ in range(180):
         slow = round_ >= 60
         ms = {rank: compute_ms(rank, slow) for rank in range(world)}
-        for text in _lines(round_ * 5, world, ms.__getitem__, step_ms(slow)):
+        for text in _lines(round_ * 5, world, ms.__getitem__, step_ms(slow and round_ not in healthy_rounds)):
             lineno += 1
             line = signals.LogLine(text=text, lineno=lineno, received_at=now.now(), source="stdout")
             found += detector.feed(line, tick=False)
@@ -76,6 +80,14 @@ def test_two_ranks_the_one_whose_compute_rose_is_named(world: int, slow_rank: in
     named = [e for e in found[0].evidence if e.rank == slow_rank and "local step" in e.text]
     assert named and named[0].node == NODES[slow_rank], found[0].evidence
     assert f"below its own rate before the drop, its peers' held: rank:{slow_rank}" in found[0].summary
+
+
+def test_a_job_rate_sample_back_at_speed_mid_drop_does_not_hide_the_slow_rank() -> None:
+    """One job-rate line at full speed 24 s into the drop restarts its persistence; by then the slow
+    rank's own window is all slow, so its level before the drop must be the one kept from before the
+    first low run, not a fresh reading taken at the reset."""
+    found = _run(2, _rank_slow(1), _step, healthy_rounds=frozenset({72}))
+    assert [(a.suspect_ranks, a.suspect_nodes) for a in found] == [([1], ["n2"])]
 
 
 def test_more_ranks_are_still_named_by_their_peers() -> None:
