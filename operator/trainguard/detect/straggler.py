@@ -291,11 +291,11 @@ class PeerComparison:
         alone in its shape (rank 0's job-wide line) is never named, and neither is anyone when
         every rank's rate fell alike (the slowdown is the job's, not one rank's)."""
         found: dict[str, Drop] = {}
-        for group, now in self.levels.items():
+        for group, current in self.levels.items():
             then = before.get(group)
             if not then:
                 continue
-            compared = [(key, then[key], value) for key, value in now.items() if then.get(key, 0.0) > 0]
+            compared = [(key, then[key], value) for key, value in current.items() if then.get(key, 0.0) > 0]
             fell = [(key, level, value) for key, level, value in compared if value < self.fraction * level]
             if not fell or len(fell) * 2 > len(compared):
                 continue
