@@ -12,6 +12,12 @@ Plans (Slurm semantics: ``scontrol requeue`` and ``requeuehold`` raise the job's
 - requeue with exclusions: ``requeue_hold`` -> ``exclude_nodes`` -> ``release`` (ExcNodeList
   can only be changed while the job is pending, and the hold keeps it from starting
   on a bad node before the exclusion is in place);
+- requeue of a workload whose restart is a suspend cycle (a Kubernetes workload, ``suspend_cycle``):
+  always ``requeue_hold`` -> (``exclude_nodes``) -> ``release``. Its suspend and its resume are then
+  two recorded steps: a process that dies between them leaves a ``requeue_hold`` row, so the
+  executor resumes the release on restart, or the watchdog releases the hold past the deadline
+  (one ``requeue`` step that suspends, waits and resumes would leave it suspended for good: its
+  restart count moves at the suspend, so the restarted executor takes the requeue as done);
 - hold: ``hold``; stop: ``cancel``;
 - plus ``drain_node:<node>`` for each node the advice drains.
 """
@@ -26,6 +32,16 @@ from trainguard.model import actions, advice, vocab, workloads
 
 DRAIN_REASON = "trainguard: suspect node, drained by recovery"
 """Reason given to drain_node; the adapter adds the ``trainguard:`` tag if missing."""
+SUSPEND_CYCLE_PREFIX = "k8s/"
+"""Job ids of the Kubernetes adapter (``k8s/NAMESPACE/KIND/NAME``, ``kubejobs.common.PREFIX``; the form the
+composite scheduler routes by). Their restart is a suspend/resume cycle (``suspend_cycle``)."""
+
+
+def suspend_cycle(job_id: str) -> bool:
+    """Whether the job's restart is a suspend then a resume (a Kubernetes workload), not one scheduler
+    call (Slurm's ``scontrol requeue``). Decided from the id alone, so a restarted executor plans the
+    same steps as the one it follows, before it reads anything."""
+    return job_id.startswith(SUSPEND_CYCLE_PREFIX)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +116,9 @@ def plan(item: advice.Advice, job_id: str) -> list[Step]:
     base = item.attempt
     steps: list[Step] = []
     match item.action:
-        case vocab.AdviceAction.REQUEUE if item.exclude_nodes or item.release_at is not None:
-            # Held while it is changed (exclusions: pending jobs only) or until the retry backoff ends.
+        case vocab.AdviceAction.REQUEUE if item.exclude_nodes or item.release_at is not None or suspend_cycle(job_id):
+            # Held while it is changed (exclusions: pending jobs only), until the retry backoff ends, or
+            # until a suspend's pods are gone (the resume is its own step: never left suspended).
             steps.append(Step("requeue_hold", actions.Operation.REQUEUE_HOLD, job_id, baseline_attempt=base))
             if item.exclude_nodes:
                 steps.append(Step("exclude_nodes", actions.Operation.EXCLUDE_NODES, job_id,

@@ -14,6 +14,14 @@ does it.
 Deliberate exception: a generation whose advice *is* a hold and that converged keeps its
 hold (that is the desired state; an operator or a later advice releases it).
 
+A Kubernetes restart is a suspend then a resume, planned as ``requeue_hold`` -> ``release``
+(``steps.suspend_cycle``), so the rules above cover it: a workload we suspended is resumed when its
+generation is abandoned, runs past its deadline, or closed while we were down. Rows of an older
+version planned it as one ``requeue`` step, which is no hold row; such a generation (not converged,
+no settled release) is released too when the scheduler itself shows the hold as ours (its
+``hold_detail`` starts with ``OUR_HOLD_PREFIX``: our ``trainguard.dev/suspended-by`` annotation). A
+suspend without our annotation is a person's and is never resumed.
+
 A person's hold is theirs. Slurm keeps one hold per job (priority 0) with one reason, so a
 person who holds a job that we hold, or releases ours and holds it again, leaves no other
 trace; our rows alone cannot tell. Right after placing a hold the executor records how the
@@ -34,7 +42,7 @@ from __future__ import annotations
 import logging
 from typing import Any, NamedTuple
 
-from trainguard.act import ports
+from trainguard.act import ports, steps
 from trainguard.model import actions, advice, clock, vocab, workloads
 
 logger = logging.getLogger(__name__)
@@ -48,6 +56,10 @@ HOLD_SEEN = "hold_seen"
 """Argument of our hold rows: the job's hold as the scheduler showed it right after we placed it."""
 LEFT_ALONE = "left alone: a person holds the job"
 """Error text (prefix) of a release row we did not carry out because the hold is no longer ours."""
+
+OUR_HOLD_PREFIX = "trainguard:"
+"""How an adapter describes a hold it placed for us (``schedulers.base.OUR_REASON_PREFIX``, which ``act`` may
+not import): a Kubernetes suspend of ours shows its ``trainguard.dev/suspended-by`` value as ``hold_detail``."""
 
 _HOLDING = (actions.Operation.HOLD, actions.Operation.REQUEUE_HOLD)
 _EFFECTIVE = (actions.ActionStatus.INTENT, actions.ActionStatus.DONE)
@@ -63,6 +75,15 @@ def holds_unreleased(rows: list[actions.ActionRecord]) -> bool:
     placed = any(r.operation in _HOLDING and r.status in _EFFECTIVE for r in rows)
     released = any(r.operation is actions.Operation.RELEASE and r.status in _SETTLED for r in rows)
     return placed and not released
+
+
+def suspend_left(rows: list[actions.ActionRecord]) -> bool:
+    """True when the rows show a one-step ``requeue`` of a workload whose restart is a suspend cycle
+    (rows of a version that planned it so) and no settled release: its suspend may still stand."""
+    requeued = any(r.operation is actions.Operation.REQUEUE and r.status in _EFFECTIVE
+                   and steps.suspend_cycle(str(r.args.get("job_id", ""))) for r in rows)
+    released = any(r.operation is actions.Operation.RELEASE and r.status in _SETTLED for r in rows)
+    return requeued and not released
 
 
 def hold_fingerprint(job: workloads.JobSnapshot) -> dict[str, str]:
@@ -158,14 +179,15 @@ class Watchdog:
         resumed like any other step; a hold that is a person's gets that row as ``skipped``.
         """
         rows = await self._ledger.actions_for(item.workload, item.attempt, item.generation)
-        if not holds_unreleased(rows):
+        held_by_rows = holds_unreleased(rows)
+        if not held_by_rows and not suspend_left(rows):
             return HoldRelease(False)
         job_id = await self._ledger.job_id_of(item.workload)
         if job_id is None:
             return HoldRelease(False, f"no job id recorded for {item.workload}")
         try:
             job = await self._scheduler.get_job(job_id)
-            if not job.held:
+            if not job.held or not (held_by_rows or job.hold_detail.startswith(OUR_HOLD_PREFIX)):
                 return HoldRelease(False)
             foreign = hold_not_ours(rows, job)
             if foreign:
@@ -219,8 +241,11 @@ class Watchdog:
         ``pending_advice()`` after this). Returns the generations whose hold was released.
         """
         await self.sweep()
-        rows = await self._ledger.actions_by_operation(list(_HOLDING))
-        keys = sorted({(r.workload, r.attempt, r.generation) for r in rows if self._covers(r.workload)})
+        rows = await self._ledger.actions_by_operation([*_HOLDING, actions.Operation.REQUEUE])
+        holding = {(r.workload, r.attempt, r.generation) for r in rows if r.operation in _HOLDING}
+        suspending = {(r.workload, r.attempt, r.generation) for r in rows if r.operation is actions.Operation.REQUEUE
+                      and steps.suspend_cycle(str(r.args.get("job_id", "")))}
+        keys = sorted(k for k in holding | suspending if self._covers(k[0]))
         released: list[advice.Advice] = []
         for workload, attempt, generation in keys:
             item = await self._ledger.get_advice(workload, attempt, generation)
@@ -229,6 +254,8 @@ class Watchdog:
                 continue  # still pending within its deadline: the executor resumes it
             if item.action is vocab.AdviceAction.HOLD and outcome.disposition is vocab.Disposition.CONVERGED:
                 continue  # the hold is the desired state
+            if (workload, attempt, generation) not in holding and outcome.disposition is vocab.Disposition.CONVERGED:
+                continue  # a one-step requeue verified not held: any suspend since is not this generation's
             try:
                 done, error, foreign = await self.release_our_hold(item)
             except actions.FencedError as exc:

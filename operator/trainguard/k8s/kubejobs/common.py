@@ -20,6 +20,10 @@ RESTARTS_ANNOTATION: Final = "trainguard.dev/restarts"
 """Restarts we made through suspend/resume; they count as attempts besides the workload's own."""
 SUSPENDED_BY_ANNOTATION: Final = "trainguard.dev/suspended-by"
 """Set with every suspend of ours (value: why); a suspend without it is a person's, never resumed by us."""
+SUSPENDED_AT_ANNOTATION: Final = "trainguard.dev/suspended-at"
+"""Set with every suspend of ours (epoch seconds): our resume waits for the pods to go at most
+``restart_wait_s`` after it, whoever resumes and whenever (the executor's release step, the watchdog,
+after a restart of the operator)."""
 STOPPED_ANNOTATION: Final = "trainguard.dev/stopped"
 """Set when we stop a workload (suspend with a reason): the snapshot shows it CANCELLED."""
 OVERRIDES_ANNOTATION: Final = "trainguard.dev/overrides"
@@ -121,6 +125,20 @@ def pod_failure(pod: Mapping[str, Any]) -> Failure | None:
     if status.get("phase") == "Failed":
         return Failure(pod=name, node=node, exit_code=None, reason=str(status.get("reason") or "Failed"))
     return None
+
+
+def suspended_at(obj: Mapping[str, Any]) -> float | None:
+    """When we suspended the workload (``SUSPENDED_AT_ANNOTATION``); None when not recorded."""
+    try:
+        return float(str(annotations_of(obj)[SUSPENDED_AT_ANNOTATION]))
+    except (KeyError, ValueError):
+        return None
+
+
+def controlled(pod: Mapping[str, Any]) -> bool:
+    """Whether a controller owns the pod (a JobSet's Job, a PyTorchJob): only such a pod is taken
+    away by a suspend, so only such a pod is worth waiting for before a resume."""
+    return any(ref.get("controller") for ref in meta(pod).get("ownerReferences") or [])
 
 
 def live(pod: Mapping[str, Any]) -> bool:

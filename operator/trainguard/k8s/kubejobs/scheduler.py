@@ -8,8 +8,10 @@ engine and the executor drive it exactly like the Slurm adapters; what each oper
   the workload and a list of its pods), because the executor verifies every step with it;
 - ``requeue_hold`` = suspend through the spec (never a status patch) and count one restart of ours
   in ``trainguard.dev/restarts`` (a suspend/resume cycle replaces every pod: a new attempt);
-  ``release`` = resume (only a suspend of ours: ``trainguard.dev/suspended-by``); ``requeue`` =
-  ``requeue_hold``, wait until the pods are gone, ``release``; ``hold`` = suspend;
+  ``release`` = resume (only a suspend of ours: ``trainguard.dev/suspended-by``) once the pods the
+  suspend takes away are gone, at most ``restart_wait_s`` after the suspend and then anyway (a pod
+  that stays must not keep the workload suspended); ``requeue`` = ``requeue_hold`` + ``release``
+  (the executor plans them as two recorded steps, ``act.steps``); ``hold`` = suspend;
   ``cancel`` = suspend with ``trainguard.dev/stopped`` (the snapshot shows CANCELLED; nothing is deleted);
 - ``exclude_nodes`` / ``drain_node`` = cordon + our ``NoExecute`` taint (``nodes.py``);
   ``resume_node`` lifts only our own;
@@ -25,20 +27,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
-import aiohttp
 from kubernetes_asyncio import client as kclient
-from kubernetes_asyncio import watch as kwatch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from trainguard.k8s import workloads as optin
-from trainguard.k8s.kubejobs import common, jobset, nodes, pytorchjob
+from trainguard.k8s.kubejobs import common, jobset, nodes, pytorchjob, watching
 from trainguard.model import workloads
 from trainguard.schedulers import base
 
@@ -47,15 +46,17 @@ logger = logging.getLogger(__name__)
 KINDS: Final[tuple[common.Kind, ...]] = (jobset.KIND, pytorchjob.KIND)
 MERGE: Final = "application/merge-patch+json"
 CONFLICT_RETRIES: Final = 5
-WATCH_TIMEOUT_S: Final = 240
-"""Server-side timeout of one watch request; the loop re-watches from the last resourceVersion."""
 DEFAULT_EXCLUSION_TTL_S: Final = 3600.0
 """How long an exclusion of ours stays before ``sweep_exclusions`` may lift it (node Ready again)."""
 DEFAULT_OWN_RESTART_WAIT_S: Final = 30.0
 """How long a restart step waits for the workload's own failure policy to restart it (a JobSet
 controller restarts within seconds of a pod failure) before it restarts it itself."""
 DEFAULT_RESTART_WAIT_S: Final = 120.0
-"""How long ``requeue`` waits for the suspended workload's pods to go before resuming it."""
+"""How long after our suspend ``release`` waits for the workload's pods to go; then it resumes anyway."""
+
+
+class _Conflict(base.SchedulerError):
+    """A patch carrying a resourceVersion met a newer one (409): re-read and try again."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,21 +69,6 @@ class Lifted:
     """The record the node carried (which workload, why, since when)."""
     age_s: float
     """Seconds the exclusion had stood."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Watch:
-    """One list+watch loop: what it watches, how, and where the objects go."""
-
-    what: str
-    call: Callable[..., Awaitable[Any]]
-    store: dict[tuple[str, str], common.Obj] | None
-    """None: the nodes (kept in ``KubeScheduler._nodes``)."""
-    key: Callable[[common.Obj], tuple[str, str]]
-    synced: asyncio.Event
-    on_event: Callable[[common.Obj], None] | None
-    scoped: str | None = None
-    """The namespace this watch covers (its relist replaces only that namespace's entries); None: all."""
 
 
 class KubeScheduler:
@@ -107,7 +93,8 @@ class KubeScheduler:
         self._now = now
         self._objects: dict[str, dict[tuple[str, str], common.Obj]] = {k.kind: {} for k in kinds}
         self._pods: dict[str, dict[tuple[str, str], common.Obj]] = {k.kind: {} for k in kinds}
-        self._nodes: dict[str, common.Obj] = {}
+        self._node_objects: dict[tuple[str, str], common.Obj] = {}
+        """The nodes by ("", name), as the watch keeps them."""
         self._failures: dict[str, common.Failure] = {}
         self._seen_nodes: dict[str, set[str]] = {}
         """Nodes any pod of the workload ran on while we watched: its allocation, past attempts included."""
@@ -120,6 +107,10 @@ class KubeScheduler:
         self._tasks: list[asyncio.Task[None]] = []
         self.changed = asyncio.Event()
         """Set on every watch event: the engine's discovery may look now."""
+
+    @property
+    def _nodes(self) -> dict[str, common.Obj]:
+        return {key[1]: node for key, node in self._node_objects.items()}
 
     def kind(self, kind_name: str) -> common.Kind | None:
         return self._kinds.get(kind_name)
@@ -166,6 +157,8 @@ class KubeScheduler:
             if exc.status == 404:
                 raise base.JobGone(f"{kind.kind} {namespace}/{name} not found") from exc
             detail = f"{exc.status} {exc.reason}: {exc.body!r}"
+            if exc.status == 409:
+                raise _Conflict(f"{kind.kind} {namespace}/{name}: {detail}") from exc
             raise base.SchedulerError(f"{kind.kind} {namespace}/{name}: {detail}") from exc
 
     async def _read(self, job_id: str) -> tuple[common.Kind, str, str, common.Obj]:
@@ -244,6 +237,12 @@ class KubeScheduler:
             raise base.SchedulerError(f"{job_id} has no {optin.POLICY_ANNOTATION} annotation: not touched")
 
     async def _suspend(self, job_id: str, why: str, *, count_restart: bool, stop: bool = False) -> None:
+        for _ in range(CONFLICT_RETRIES):  # the controllers write the object too (status): 409 -> fresh read
+            with contextlib.suppress(_Conflict):
+                return await self._suspend_once(job_id, why, count_restart=count_restart, stop=stop)
+        raise base.SchedulerError(f"{job_id}: changed concurrently {CONFLICT_RETRIES} times; not suspended")
+
+    async def _suspend_once(self, job_id: str, why: str, *, count_restart: bool, stop: bool) -> None:
         kind, namespace, name, obj = await self._read(job_id)
         self._guard(job_id, obj)
         notes = common.annotations_of(obj)
@@ -254,7 +253,8 @@ class KubeScheduler:
                                    "is done; a terminal workload is not restarted")
         if kind.suspended(obj) and common.SUSPENDED_BY_ANNOTATION not in notes:
             raise base.SchedulerError(f"{job_id} was suspended by someone else; left alone")
-        annotations: dict[str, Any] = {common.SUSPENDED_BY_ANNOTATION: f"{base.OUR_REASON_PREFIX} {why}"}
+        annotations: dict[str, Any] = {common.SUSPENDED_BY_ANNOTATION: f"{base.OUR_REASON_PREFIX} {why}",
+                                       common.SUSPENDED_AT_ANNOTATION: f"{self._now():.3f}"}
         if count_restart:
             annotations[common.RESTARTS_ANNOTATION] = str(common.our_restarts(obj) + 1)
             if job_id in self._replacements:  # the pods our resume makes are our restart, counted above
@@ -321,7 +321,8 @@ class KubeScheduler:
     async def requeue_hold(self, job_id: str) -> None:
         if await self._own_restart(job_id):
             return  # its own restart stands (never a second one); exclusions follow while it runs
-        await self._suspend(job_id, "restart: suspended until the suspect nodes are excluded", count_restart=True)
+        await self._suspend(job_id, "restart: suspended until its pods are gone (and suspect nodes excluded)",
+                            count_restart=True)
 
     async def hold(self, job_id: str) -> None:
         kind, _, _, obj = await self._read(job_id)
@@ -330,30 +331,59 @@ class KubeScheduler:
         await self._suspend(job_id, "held by recovery", count_restart=False)
 
     async def release(self, job_id: str) -> None:
+        """Resume a suspend of ours once the pods the suspend takes away are gone (resuming before the
+        controllers removed them may restart nothing). The wait ends at most ``restart_wait_s`` after
+        the suspend, then it resumes anyway: a pod that stays (its controller down, a node that never
+        confirms) must not keep the workload suspended. A pod stuck Terminating (a dead node) counts as
+        gone: the Job controller creates its replacement beside it."""
         kind, namespace, name, obj = await self._read(job_id)
+        if not self._ours_to_resume(job_id, kind, obj):
+            return
+        await self._await_pods_gone(job_id, kind, namespace, name, obj)
+        for _ in range(CONFLICT_RETRIES):
+            kind, namespace, name, obj = await self._read(job_id)
+            if not self._ours_to_resume(job_id, kind, obj):
+                return
+            body = {"metadata": {"resourceVersion": common.meta(obj).get("resourceVersion"),
+                                 "annotations": {common.SUSPENDED_BY_ANNOTATION: None,
+                                                 common.SUSPENDED_AT_ANNOTATION: None}},
+                    **kind.suspend_patch(False)}
+            with contextlib.suppress(_Conflict):
+                return await self._patch_object(kind, namespace, name, body)
+        raise base.SchedulerError(f"{job_id}: changed concurrently {CONFLICT_RETRIES} times; not resumed")
+
+    def _ours_to_resume(self, job_id: str, kind: common.Kind, obj: common.Obj) -> bool:
+        """Whether ``obj`` is suspended by us (False: not suspended); a person's suspend raises."""
         self._guard(job_id, obj)
         if not kind.suspended(obj):
-            return
+            return False
         if common.SUSPENDED_BY_ANNOTATION not in common.annotations_of(obj):
             raise base.SchedulerError(f"{job_id} was suspended by someone else; left suspended")
-        body = {"metadata": {"resourceVersion": common.meta(obj).get("resourceVersion"),
-                             "annotations": {common.SUSPENDED_BY_ANNOTATION: None}},
-                **kind.suspend_patch(False)}
-        await self._patch_object(kind, namespace, name, body)
+        return True
+
+    async def _await_pods_gone(self, job_id: str, kind: common.Kind, namespace: str, name: str,
+                               obj: common.Obj) -> None:
+        """Wait until no live pod a controller owns is left (``common.controlled``: nothing takes a bare
+        pod away), at most until ``restart_wait_s`` after our suspend (from now when not recorded)."""
+        now = self._now()
+        since = common.suspended_at(obj)
+        deadline = min(now, since if since is not None else now) + self.restart_wait_s
+        while True:
+            staying = sorted(str(common.meta(p).get("name")) for p in await self._list_pods(kind, namespace, name)
+                             if common.live(p) and common.controlled(p))
+            if not staying:
+                return
+            if self._now() >= deadline:
+                logger.warning("%s: pods %s still present %.0f s after our suspend; resumed anyway", job_id,
+                               ", ".join(staying), self.restart_wait_s)
+                return
+            await asyncio.sleep(0.5)
 
     async def requeue(self, job_id: str) -> None:
-        """A full restart: suspend (the controller removes every pod), wait for them to go, resume;
-        nothing when the workload's own failure policy restarted it."""
-        if await self._own_restart(job_id):
-            return
-        await self._suspend(job_id, "restart: suspended, resumed once its pods are gone", count_restart=True)
-        kind, namespace, name, _ = await self._read(job_id)
-        deadline = self._now() + self.restart_wait_s
-        while any(common.live(p) for p in await self._list_pods(kind, namespace, name)):
-            if self._now() >= deadline:
-                raise base.SchedulerError(f"{job_id}: pods still present {self.restart_wait_s:.0f} s after suspend; "
-                                          "left suspended for the watchdog")
-            await asyncio.sleep(0.5)
+        """A full restart in one call: ``requeue_hold`` then ``release`` (nothing when the workload's
+        own failure policy restarted it). The executor plans the two as separate recorded steps
+        (``act.steps``), so that a restart of ours between them is resumed, never left suspended."""
+        await self.requeue_hold(job_id)
         await self.release(job_id)
 
     async def cancel(self, job_id: str) -> None:
@@ -452,25 +482,28 @@ class KubeScheduler:
         """Begin the watches (workloads of each kind, their pods, nodes)."""
         if self._tasks:
             return
+        partial = watching.functools_partial
         for kind in self._kinds.values():
             for namespace in self.namespaces or (None,):
                 where = namespace or "all"
-                objects = functools_partial(self._custom.list_cluster_custom_object, kind.group, kind.version,
-                                            kind.plural) if namespace is None else functools_partial(
-                    self._custom.list_namespaced_custom_object, kind.group, kind.version, namespace, kind.plural)
-                pods = functools_partial(self._core.list_pod_for_all_namespaces, label_selector=kind.pod_selector_key) \
-                    if namespace is None else functools_partial(self._core.list_namespaced_pod, namespace,
-                                                                label_selector=kind.pod_selector_key)
-                self._spawn(f"{kind.plural}@{where}", objects, self._objects[kind.kind], _by_name, scoped=namespace)
-                self._spawn(f"pods-of-{kind.plural}@{where}", pods, self._pods[kind.kind], _by_uid,
-                            on_event=functools_partial(self._note_failure, kind), scoped=namespace)
-        self._spawn("nodes", self._core.list_node, None, lambda o: ("", _by_name(o)[1]))
+                objects = partial(self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural) \
+                    if namespace is None else partial(self._custom.list_namespaced_custom_object, kind.group,
+                                                      kind.version, namespace, kind.plural)
+                pods = partial(self._core.list_pod_for_all_namespaces, label_selector=kind.pod_selector_key) \
+                    if namespace is None else partial(self._core.list_namespaced_pod, namespace,
+                                                      label_selector=kind.pod_selector_key)
+                self._spawn(f"{kind.plural}@{where}", objects, self._objects[kind.kind], watching.by_name,
+                            scoped=namespace)
+                self._spawn(f"pods-of-{kind.plural}@{where}", pods, self._pods[kind.kind], watching.by_uid,
+                            on_event=partial(self._note_failure, kind), scoped=namespace)
+        self._spawn("nodes", self._core.list_node, self._node_objects, lambda o: ("", watching.by_name(o)[1]))
 
-    def _spawn(self, what: str, call: Callable[..., Awaitable[Any]], store: dict[tuple[str, str], common.Obj] | None,
+    def _spawn(self, what: str, call: Callable[..., Awaitable[Any]], store: dict[tuple[str, str], common.Obj],
                key: Callable[[common.Obj], tuple[str, str]], *,
                on_event: Callable[[common.Obj], None] | None = None, scoped: str | None = None) -> None:
         synced = self._synced.setdefault(what, asyncio.Event())
-        task = asyncio.ensure_future(self._watch_forever(_Watch(what, call, store, key, synced, on_event, scoped)))
+        spec = watching.Watch(what, call, store, key, synced, on_event, scoped)
+        task = asyncio.ensure_future(watching.watch_forever(spec, self._json, self.changed))
         task.set_name(f"kube-watch-{what}")
         self._tasks.append(task)
 
@@ -497,76 +530,6 @@ class KubeScheduler:
         if failure is not None:
             self._failures[wid] = failure
 
-    async def _watch_forever(self, spec: _Watch) -> None:
-        what, call, store, key, synced, on_event = (spec.what, spec.call, spec.store, spec.key, spec.synced,
-                                                    spec.on_event)
-        target: dict[tuple[str, str], common.Obj] = store if store is not None else {}
-        delay = 0.5
-        while True:
-            try:
-                listing = await self._json(call(_preload_content=False))
-                items = list(listing.get("items") or [])
-                for stale in [k for k in target if spec.scoped is None or k[0] == spec.scoped]:
-                    del target[stale]
-                for item in items:
-                    target[key(item)] = item
-                    if on_event is not None:
-                        on_event(item)
-                if store is None:
-                    self._nodes = {k[1]: v for k, v in target.items()}
-                synced.set()
-                self.changed.set()
-                version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-                delay = 0.5
-                async with kwatch.Watch(return_type="object") as stream:  # we keep raw dicts
-                    events = stream.stream(call, resource_version=version, timeout_seconds=WATCH_TIMEOUT_S,
-                                           allow_watch_bookmarks=True)
-                    async for event in events:
-                        kind, obj = str(event.get("type")), event.get("raw_object") or {}
-                        if kind == "BOOKMARK" or not isinstance(obj, dict):
-                            continue
-                        if kind == "DELETED":
-                            target.pop(key(obj), None)
-                        else:
-                            target[key(obj)] = obj
-                            if on_event is not None:
-                                on_event(obj)
-                        if store is None:
-                            self._nodes[key(obj)[1]] = obj
-                            if kind == "DELETED":
-                                self._nodes.pop(key(obj)[1], None)
-                        self.changed.set()
-            except asyncio.CancelledError:
-                raise
-            except ApiException as exc:
-                if exc.status == 404:  # the kind's CRD is not installed: nothing of it to watch
-                    synced.set()
-                    logger.info("watch %s: not served by this API server (404); retrying in 30 s", what)
-                    await asyncio.sleep(30.0)
-                    continue
-                if exc.status != 410:
-                    logger.warning("watch %s: %s %s; retrying in %.1f s", what, exc.status, exc.reason, delay)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 30.0)
-            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-                logger.warning("watch %s: %s; retrying in %.1f s", what, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-
     def _excluded(self) -> list[str]:
         return [name for name, node in self._nodes.items() if nodes.has_our_taint(node)]
 
-
-def _by_name(obj: common.Obj) -> tuple[str, str]:
-    return str(common.meta(obj).get("namespace") or ""), str(common.meta(obj).get("name"))
-
-
-def _by_uid(obj: common.Obj) -> tuple[str, str]:
-    return str(common.meta(obj).get("namespace") or ""), str(common.meta(obj).get("uid"))
-
-
-def functools_partial(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
-    """``functools.partial`` that keeps ``__doc__`` (the watch reads the watch argument's name from it)."""
-    bound = functools.partial(func, *args, **kwargs)
-    functools.update_wrapper(bound, func)
-    return bound

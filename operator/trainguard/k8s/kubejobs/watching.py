@@ -1,0 +1,109 @@
+"""The list+watch loops that feed ``KubeScheduler``'s cache (workloads, their pods, nodes).
+
+Kept apart from the adapter's operations: one loop per watched list, each writing into a dict the
+adapter reads, relisting from scratch after an expired resourceVersion (410) or an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import aiohttp
+from kubernetes_asyncio import watch as kwatch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from trainguard.k8s.kubejobs import common
+
+logger = logging.getLogger(__name__)
+
+WATCH_TIMEOUT_S: Final = 240
+"""Server-side timeout of one watch request; the loop re-watches from the last resourceVersion."""
+
+ReadJson = Callable[[Awaitable[Any]], Awaitable[common.Obj]]
+"""Awaits an API call made with ``_preload_content=False`` and returns its JSON body."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Watch:
+    """One list+watch loop: what it watches, how, and where the objects go."""
+
+    what: str
+    call: Callable[..., Awaitable[Any]]
+    store: dict[tuple[str, str], common.Obj]
+    key: Callable[[common.Obj], tuple[str, str]]
+    synced: asyncio.Event
+    on_event: Callable[[common.Obj], None] | None
+    scoped: str | None = None
+    """The namespace this watch covers (its relist replaces only that namespace's entries); None: all."""
+
+
+async def watch_forever(spec: Watch, read_json: ReadJson, changed: asyncio.Event) -> None:
+    """List, then watch from the listing's resourceVersion, into ``spec.store``; again on any end.
+    ``changed`` is set on every listing and event (the engine's discovery may look now)."""
+    what, call, target, key, synced, on_event = (spec.what, spec.call, spec.store, spec.key, spec.synced,
+                                                 spec.on_event)
+    delay = 0.5
+    while True:
+        try:
+            listing = await read_json(call(_preload_content=False))
+            items = list(listing.get("items") or [])
+            for stale in [k for k in target if spec.scoped is None or k[0] == spec.scoped]:
+                del target[stale]
+            for item in items:
+                target[key(item)] = item
+                if on_event is not None:
+                    on_event(item)
+            synced.set()
+            changed.set()
+            version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+            delay = 0.5
+            async with kwatch.Watch(return_type="object") as stream:  # we keep raw dicts
+                events = stream.stream(call, resource_version=version, timeout_seconds=WATCH_TIMEOUT_S,
+                                       allow_watch_bookmarks=True)
+                async for event in events:
+                    kind, obj = str(event.get("type")), event.get("raw_object") or {}
+                    if kind == "BOOKMARK" or not isinstance(obj, dict):
+                        continue
+                    if kind == "DELETED":
+                        target.pop(key(obj), None)
+                    else:
+                        target[key(obj)] = obj
+                        if on_event is not None:
+                            on_event(obj)
+                    changed.set()
+        except asyncio.CancelledError:
+            raise
+        except ApiException as exc:
+            if exc.status == 404:  # the kind's CRD is not installed: nothing of it to watch
+                synced.set()
+                logger.info("watch %s: not served by this API server (404); retrying in 30 s", what)
+                await asyncio.sleep(30.0)
+                continue
+            if exc.status != 410:
+                logger.warning("watch %s: %s %s; retrying in %.1f s", what, exc.status, exc.reason, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            logger.warning("watch %s: %s; retrying in %.1f s", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+
+def by_name(obj: common.Obj) -> tuple[str, str]:
+    return str(common.meta(obj).get("namespace") or ""), str(common.meta(obj).get("name"))
+
+
+def by_uid(obj: common.Obj) -> tuple[str, str]:
+    return str(common.meta(obj).get("namespace") or ""), str(common.meta(obj).get("uid"))
+
+
+def functools_partial(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+    """``functools.partial`` that keeps ``__doc__`` (the watch reads the watch argument's name from it)."""
+    bound = functools.partial(func, *args, **kwargs)
+    functools.update_wrapper(bound, func)
+    return bound
