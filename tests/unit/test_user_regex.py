@@ -132,3 +132,19 @@ def test_hostile_comment_regexes_on_hostile_lines_finish_at_once() -> None:
         pytest.fail("a hostile regex on its hostile line ran for a minute: it backtracks")
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
     assert sanitize.DEFAULT_MAX_CHARS == 64 * 1024, "the bound stated in docs/safety.md changed"
+
+
+def test_without_re2_every_user_regex_is_refused_never_run_by_python_re() -> None:
+    """``sys.modules['re2'] = None`` makes ``import re2`` fail as on a machine without the package."""
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["re2"] = None
+        from trainguard.model import user_regex
+        try:
+            user_regex.compile("saved ckpt")
+        except user_regex.RegexRefused as exc:
+            print(exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "RE2 (pip package google-re2) is not installed, so user regexes are refused" in proc.stdout
