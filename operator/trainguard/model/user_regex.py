@@ -23,6 +23,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trainguard.model import patterns
+
 MAX_PROGRAM = 1000
 """Most RE2 instructions a user regex may compile to. With it, the worst line of 64 Ki characters
 measured takes about a tenth of a second (``a[\\s\\S]{140}c`` on random text); realistic regexes
@@ -106,6 +108,18 @@ def check(pattern: str) -> str:
     """``pattern`` unchanged if ``compile`` accepts it, else ``RegexRefused`` (for validators)."""
     compile(pattern)
     return pattern
+
+
+def check_pattern(spec: patterns.PatternSpec) -> patterns.PatternSpec:
+    """An operator pattern (a policy's ``extraPatterns``) unchanged if its regex and every ``extract``
+    regex compile in RE2, else ``RegexRefused`` naming the part: they run on every line of every
+    covered job (every built-in pattern passes)."""
+    for where, regex in (("regex", spec.regex), *((f"extract.{name}", rx) for name, rx in spec.extract.items())):
+        try:
+            compile(regex)
+        except RegexRefused as exc:
+            raise RegexRefused(f"pattern {spec.id} {where}: {exc}") from None
+    return spec
 
 
 _UNSUPPORTED = (
