@@ -20,6 +20,12 @@ this rule (``PolicyBook.verdicts``), the same whatever order the objects arrive 
 The others are not in force: ``Accepted=False``/``Invalid=True`` with reason ``DuplicateName``. Every
 policy of a clash, the winner too, gets ``Conflicting=True`` whose message names the policy in force
 and the rule that chose it; a policy without a clash has ``Conflicting=False``.
+
+Tenancy. The operator's own namespace (``home``) is the admin's: a policy there may cover workloads of
+every namespace and Slurm jobs. A policy in any other namespace is a tenant's: it covers only Kubernetes
+workloads of its own namespace, never another team's and never a Slurm job, whatever its selector
+says and even when a job names it (``loader.PolicySet``, docs/policy.md "Routing"). The name clash
+rule above still keeps one policy in force per name across namespaces.
 """
 
 from __future__ import annotations
@@ -157,14 +163,16 @@ class PolicyBook:
         return {name: sorted(keys, key=self._rank) for name, keys in groups.items()}
 
     def policy_set(self) -> loader.PolicySet:
-        """The accepted policies, for ``engine.update_policies``."""
+        """The accepted policies, for ``engine.update_policies``: namespaced, with ``home`` as the
+        admin namespace, so that a policy of any other namespace covers only its own namespace's
+        workloads (tenancy, module docstring)."""
         verdicts = self.verdicts()
         accepted = [
             entry.policy
             for key, entry in sorted(self.entries.items())
             if entry.policy is not None and verdicts[key][0]
         ]
-        return loader.PolicySet(tuple(accepted))
+        return loader.PolicySet(tuple(accepted), home=self.home)
 
 
 def status_of(

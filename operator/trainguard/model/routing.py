@@ -26,14 +26,18 @@ class Route(BaseModel):
     """The routing decision for one workload.
 
     ``policy`` is None when no policy covers the workload; ``reason`` then says why (no policy
-    of that name, the named policy's selector excludes the job, no selector matches, or an
-    ambiguous tie). ``explicit`` is true when the job named its policy (``policy=NAME``).
+    of that name, the named policy is a tenant policy of another namespace, the named policy's
+    selector excludes the job, no selector matches, or an ambiguous tie). ``explicit`` is true when
+    the job named its policy (``policy=NAME``). The reason also names the tenant policies whose
+    selectors cover the workload but which are not eligible (docs/policy.md "Routing", tenancy).
     """
 
     model_config = ConfigDict(frozen=True)
 
     policy: str | None
     reason: str
+    namespace: str | None = None
+    """Namespace of the RecoveryPolicy object chosen (operator); None for policy files (``trainguard run``)."""
     explicit: bool = False
     candidates: list[Candidate] = Field(default_factory=list)
     """Every policy whose selector covers the workload, most specific first (at most 20 kept)."""

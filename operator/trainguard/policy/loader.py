@@ -37,9 +37,18 @@ class PolicyError(ValueError):
 
 @dataclass(frozen=True)
 class PolicySet:
-    """Policies by the name jobs select them with (``RecoveryPolicy.name``)."""
+    """Policies by the name jobs select them with (``RecoveryPolicy.name``).
+
+    Tenancy (docs/policy.md "Routing"). ``home`` is the admin namespace when the policies are
+    namespaced RecoveryPolicy objects (the operator's own namespace, ``k8s/policies.PolicyBook``): a
+    policy there, like a policy without a namespace, may cover workloads of every namespace and Slurm
+    jobs; a policy of any other namespace is a tenant's and covers only Kubernetes workloads of its
+    own namespace (``JobSnapshot.namespace``), never a Slurm job (which has no namespace). None: the
+    policies are files (``trainguard run``), not namespaced; ``metadata.namespace`` plays no part.
+    """
 
     policies: tuple[model.RecoveryPolicy, ...]
+    home: str | None = None
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
@@ -55,6 +64,29 @@ class PolicySet:
 
     def names(self) -> list[str]:
         return [policy.name for policy in self.policies]
+
+    def tenant_of(self, policy: model.RecoveryPolicy) -> str | None:
+        """The namespace a tenant policy is confined to; None for an admin policy (in ``home``,
+        without a namespace, or any policy when the set is not namespaced)."""
+        namespace = policy.metadata.namespace
+        if self.home is None or not namespace or namespace == self.home:
+            return None
+        return namespace
+
+    def namespace_of(self, policy: model.RecoveryPolicy) -> str | None:
+        """The policy's namespace as recorded in a Route: None when the set is not namespaced."""
+        return policy.metadata.namespace if self.home is not None else None
+
+    def outside_tenancy(self, policy: model.RecoveryPolicy, job: workloads.JobSnapshot) -> str:
+        """Why ``policy`` may not cover ``job`` whatever its selector says, or "" if it may."""
+        tenant = self.tenant_of(policy)
+        if tenant is None or tenant == job.namespace:
+            return ""
+        where = (f"of namespace {job.namespace!r}" if job.namespace
+                 else "without a namespace (a Slurm job)")
+        return (f"RecoveryPolicy {tenant}/{policy.metadata.name} is a tenant policy: it covers only Kubernetes "
+                f"workloads of namespace {tenant!r}, not a workload {where}; a policy for every namespace "
+                f"belongs in the operator's namespace {self.home!r}")
 
     def select(
         self, name: str | None, *, partition: str = "", namespace: str = ""
@@ -78,7 +110,8 @@ class PolicySet:
         acting under a policy picked by accident is worse than recording the conflict. A policy
         with an empty selector is reached only by its name, except the one named ``default``,
         which is the fallback of specificity 0: adding a policy for one team never captures
-        everybody else's jobs.
+        everybody else's jobs. Before any of this, tenancy (class docstring): a tenant policy is no
+        candidate for a workload outside its namespace, even when the job names it.
         """
         if name:
             policy = self.get(name)
@@ -87,6 +120,11 @@ class PolicySet:
                     policy=None, explicit=True,
                     reason=f"no RecoveryPolicy named {name!r} (known: {', '.join(self.names()) or 'none'})",
                 )
+            foreign = self.outside_tenancy(policy, job)
+            if foreign:
+                return None, routing.Route(
+                    policy=None, explicit=True, reason=f"the job names policy {policy.name!r}, but {foreign}",
+                )
             excluded = excludes(policy.spec.selector, job)
             if excluded:
                 return None, routing.Route(
@@ -94,18 +132,19 @@ class PolicySet:
                     reason=f"the job names policy {policy.name!r}, but that policy's selector {excluded}",
                 )
             return policy, routing.Route(
-                policy=policy.name, explicit=True, reason=f"named by the job (policy={name})",
-                candidates=[_candidate(policy)],
+                policy=policy.name, namespace=self.namespace_of(policy), explicit=True,
+                reason=f"named by the job (policy={name})", candidates=[_candidate(policy)],
             )
-        covering = sorted(
-            (policy for policy in self.policies if _routable(policy) and not excludes(policy.spec.selector, job)),
-            key=_rank,
-        )
+        selected = [policy for policy in self.policies if _routable(policy) and not excludes(policy.spec.selector, job)]
+        others = [policy for policy in selected if self.outside_tenancy(policy, job)]
+        covering = sorted((policy for policy in selected if policy not in others), key=_rank)
         candidates = [_candidate(policy) for policy in covering[:MAX_CANDIDATES]]
+        skipped = _skipped(others, job)
         if not covering:
             return None, routing.Route(
                 policy=None,
-                reason=f"no policy's selector covers the job ({describe(job)}) and no policy is named {DEFAULT_NAME!r}",
+                reason=f"no policy's selector covers the job ({describe(job)}) and no policy is named "
+                f"{DEFAULT_NAME!r}{skipped}",
             )
         best = covering[0]
         tied = [p for p in covering if _rank(p)[:2] == _rank(best)[:2]]
@@ -114,7 +153,7 @@ class PolicySet:
             return None, routing.Route(
                 policy=None, candidates=candidates,
                 reason=f"ambiguous: {names} cover the job equally (specificity {best.spec.selector.dimensions()}, "
-                f"priority {best.spec.selector.priority}); narrow a selector or set selector.priority",
+                f"priority {best.spec.selector.priority}); narrow a selector or set selector.priority{skipped}",
             )
         selector = best.spec.selector
         if selector.dimensions() == 0:
@@ -124,7 +163,20 @@ class PolicySet:
                    f"specificity {selector.dimensions()})")
             if len(covering) > 1:
                 why += f" over {', '.join(repr(p.name) for p in covering[1:4])}" + (" ..." if len(covering) > 4 else "")
-        return best, routing.Route(policy=best.name, reason=why, candidates=candidates)
+        return best, routing.Route(policy=best.name, namespace=self.namespace_of(best), reason=why + skipped,
+                                   candidates=candidates)
+
+
+def _skipped(foreign: Sequence[model.RecoveryPolicy], job: workloads.JobSnapshot) -> str:
+    """The tenant policies whose selectors cover ``job`` but whose namespace is not the job's, for
+    the reason: who tried to cover the workload is part of the audit trail."""
+    if not foreign:
+        return ""
+    named = ", ".join(f"{p.metadata.namespace}/{p.metadata.name}" for p in sorted(foreign, key=_rank)[:3])
+    more = " ..." if len(foreign) > 3 else ""
+    why = (f"tenant policies of namespaces other than {job.namespace!r}" if job.namespace
+           else "tenant policies, which cover no Slurm job")
+    return f"; not eligible ({why}): {named}{more}"
 
 
 def _routable(policy: model.RecoveryPolicy) -> bool:
