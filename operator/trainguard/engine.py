@@ -26,7 +26,6 @@ import contextlib
 import enum
 import functools
 import logging
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -45,7 +44,19 @@ from trainguard.detect import catalog as catalog_mod
 from trainguard.detect import hosts, own_actions, sanitize, stream
 from trainguard.detect import matcher as matcher_mod
 from trainguard.journal import recorder as journal_mod
-from trainguard.model import actions, advice, anomalies, clock, limits, routing, signals, verdicts, vocab, workloads
+from trainguard.model import (
+    actions,
+    advice,
+    anomalies,
+    clock,
+    limits,
+    routing,
+    signals,
+    user_regex,
+    verdicts,
+    vocab,
+    workloads,
+)
 from trainguard.model import evidence as evidence_model
 from trainguard.observe import metrics as metrics_mod
 from trainguard.observe import scorecard_watch
@@ -89,7 +100,7 @@ class WorkloadRuntime:
     book: sources.LogBook
     """The job's output (files or a log store): how far detection got, where the attempt starts."""
     history: ledger.WorkloadHistory
-    checkpoint_re: re.Pattern[str] | None
+    checkpoint_re: user_regex.UserRegex | None
     matcher: matcher_mod.Matcher | None
     detector_attempt: int = -1
     advised: dict[int, str] = field(default_factory=dict)
@@ -442,7 +453,7 @@ class Engine:
             rt.route, rt.policy_name = route, route.policy or opt_in.policy_name or ""
             if spec is not None:
                 rt.matcher = self._matcher_for(spec)
-            rt.checkpoint_re = re.compile(spec.detection.checkpoint_regex) if spec is not None else None
+            rt.checkpoint_re = user_regex.compile(spec.detection.checkpoint_regex) if spec is not None else None
             rt.spec = spec
             rt.opt_in_errors = errors
 
@@ -502,7 +513,7 @@ class Engine:
         if errors:
             logger.warning("workload %s: %s", job.workload, "; ".join(errors))
         matcher = self._matcher_for(spec) if spec is not None else None
-        checkpoint = re.compile(spec.detection.checkpoint_regex) if spec is not None else None
+        checkpoint = user_regex.compile(spec.detection.checkpoint_regex) if spec is not None else None
         rt = WorkloadRuntime(
             workload=job.workload, job=job, policy_name=name, spec=spec, detector=None,
             book=self.log_books(job.workload, job.job_id, self.clock, self.file_pool),

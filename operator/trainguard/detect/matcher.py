@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from trainguard.detect import catalog as catalogs
+from trainguard.model import user_regex
 
 ENGINES = ("hyperscan", "re2", "python")
 """Engines in the order ``auto`` tries them."""
@@ -158,9 +159,14 @@ class Matcher:
         for spec in catalog.patterns:
             body, flags = _python_flags(spec.regex)
             self._python.append((re.compile(body, flags), re.compile(body.encode(), flags | re.MULTILINE)))
-        self._extract: dict[str, dict[str, re.Pattern[str]]] = {
-            spec.id: {name: re.compile(rx) for name, rx in spec.extract.items()} for spec in catalog.patterns
-        }
+        # ``extract`` regexes come from the catalog, operator files and policies' extraPatterns: they
+        # run on RE2 (linear time, ``model.user_regex``) like every other regex a user wrote.
+        self._extract: dict[str, dict[str, user_regex.UserRegex]] = {}
+        for spec in catalog.patterns:
+            try:
+                self._extract[spec.id] = {name: user_regex.compile(rx) for name, rx in spec.extract.items()}
+            except user_regex.RegexRefused as exc:
+                raise MatcherError(f"pattern {spec.id}: an extract regex is refused: {exc}") from None
         self._hs_line: Any = None
         self._hs_chunk: Any = None
         self._re2_set: Any = None
