@@ -6,7 +6,8 @@ lists team A's namespace in ``selector.namespaces``: it must cover team B's work
 team A's, whether team A's JobSet names no policy or names team B's. The WorkloadRecovery status each
 workload gets (policy in force, effective mode, or why none) and the policies' coveredWorkloads are
 what is checked, as a user sees them. The cluster-wide Action switch is on, so team B's policy really
-is in Action mode where it applies.
+is in Action mode where it applies. Then team A's JobSet fails: its advice is the admin policy's, in
+Monitor mode, recorded and not carried out (on the old routing, team B's policy tried to restart it).
 """
 
 from __future__ import annotations
@@ -107,6 +108,29 @@ async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
         await asyncio.sleep(0.3)
 
 
+def fail(t: Tenants, namespace: str, name: str) -> None:
+    """The JobSet's one pod exits 1 and the JobSet is Failed, as kubelet and its controller would write."""
+    ok(t.kube, "apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{name}-workers-0-0", "namespace": namespace, "labels": {
+            "jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+            "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-completion-index": "0",
+            "jobset.sigs.k8s.io/restart-attempt": "0"}},
+        "spec": {"nodeName": f"{namespace}-node", "automountServiceAccountToken": False,
+                 "containers": [{"name": "train", "image": "x"}]}}))
+    terminated = {"exitCode": 1, "reason": "Error", "startedAt": "2026-12-01T10:00:00Z",
+                  "finishedAt": "2026-12-01T10:01:00Z"}
+    for kind, target, status in (
+        ("pod", f"{name}-workers-0-0", {
+            "phase": "Failed", "startTime": "2026-12-01T10:00:00Z",
+            "containerStatuses": [{"name": "train", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
+                                   "state": {"terminated": terminated}}]}),
+        ("jobset", name, {"terminalState": "Failed"}),
+    ):
+        ok(t.kube, "patch", kind, target, "-n", namespace, "--subresource=status", "--type=merge",
+           "-p", json.dumps({"status": status}))
+
+
 def resolved(body: dict[str, Any]) -> dict[str, Any] | None:
     conditions = (body.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == "PolicyResolved"), None)
@@ -167,6 +191,23 @@ async def test_a_tenant_policy_covers_its_own_namespace_only_and_the_admin_polic
             return (body.get("status") or {}).get("coveredWorkloads") == 1
 
         await until(counted, f"{t.team_b}/grab covering exactly one workload (team B's)")
+
+        # Team A's JobSet fails (its pod exits 1, the JobSet controller's terminal state written as it
+        # would write it): the advice is decided under the admin's Monitor policy and only recorded.
+        fail(t, t.team_a, "train")
+
+        async def advised() -> bool:
+            await recovery_of(t.team_a, "train")()
+            advice = (seen[f"{t.team_a}/train"].get("status") or {}).get("advice") or {}
+            return bool(advice.get("disposition"))
+
+        await until(advised, "the advice on team A's failed JobSet")
+        advice = seen[f"{t.team_a}/train"]["status"]["advice"]
+        assert (advice["mode"], advice["disposition"]) == ("Monitor", "Monitored"), advice
+        body = json.loads(ok(t.kube, "get", "jobset", "train", "-n", t.team_a, "-o", "json"))
+        assert not body["spec"].get("suspend") and not any(
+            key.startswith("trainguard.dev/") and key != "trainguard.dev/policy"
+            for key in body["metadata"].get("annotations") or {}), body["metadata"]
     finally:
         stop.set()
         await asyncio.wait_for(running, 60)
