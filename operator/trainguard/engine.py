@@ -392,6 +392,10 @@ class Engine:
                     rt.task.cancel()  # fenced anyway; the shard's new holder resumes it
                 await self._close(rt, "its shard is no longer held by this replica")
             elif rt is not None:
+                if rt.job.incarnation and not rt.job.state.finished and rt.spec is not None:
+                    # A Kubernetes object gone before it finished: someone deleted it. Theirs; recorded.
+                    await self._record_not_ours(rt, rt.job, rt.job.attempt, whose.Change(
+                        whose.PERSON, "deleted", f"the {rt.job.name or 'workload'} object was deleted"))
                 await self._close(rt, "the scheduler no longer knows the job")
         await self._take_over()
         await self._forget_settled()
@@ -1275,6 +1279,14 @@ class Engine:
         return usable_partition_nodes(nodes, partition)
 
     async def _blast_limit(self, item: advice.Advice) -> limits.LimitReport:
+        """Every blast-radius limit and administrator's cap against ``item`` (``policy.blast_radius.decide``:
+        degraded to the advice without its drains when only they are refused).
+
+        Action mode: one serialised decision with the reservation of what it allows
+        (``AuditStore.reserve_limits``), fenced with this workload's token, counting the operations
+        carried out and those reserved by generations in flight; a cap that blocks opens the breaker.
+        Monitor mode: a prediction from the operations carried out plus those earlier Monitor advice of the
+        same policy would have carried out; nothing is reserved and no breaker opens."""
         rt = self.runtimes.get(item.workload)
         spec = rt.spec if rt is not None else None
         if spec is None:  # e.g. advice resumed by recover() before discovery ran
@@ -1286,16 +1298,32 @@ class Engine:
                     reason=gone)])
             spec = policy.spec
         now = self.clock.now()
-        rows = await self.store.actions_by_operation(list(actions.Operation), since=now - blast_radius.WINDOW_S)
-        monitor = item.mode is vocab.Mode.MONITOR
-        recent = await counted_operations(rows, item, self.store.get_advice if monitor else None)
-        name = item.policy or loader.DEFAULT_NAME
-        counted = (f"operations carried out, plus those Monitor advice of policy {name!r} would have carried out"
-                   if monitor else "operations carried out")
+        caps = self.settings.admin_caps()
         nodes = await self.scheduler.list_nodes()
-        ours = [n.name for n in nodes if n.drained and n.reason.startswith(base.OUR_REASON_PREFIX)]
-        return blast_radius.evaluate(spec, advice=item, recent_actions=recent, nodes=nodes, drained_by_us=ours,
-                                     now=now, counted=counted)
+        ours = {n.name for n in nodes if n.drained and n.reason.startswith(base.OUR_REASON_PREFIX)}
+        if item.mode is vocab.Mode.MONITOR:
+            rows = await self.store.actions_by_operation(list(actions.Operation), since=now - blast_radius.WINDOW_S)
+            recent = await counted_operations(rows, item, self.store.get_advice)
+            name = item.policy or loader.DEFAULT_NAME
+            return blast_radius.decide(
+                spec, advice=item, recent_actions=recent, nodes=nodes, drained_by_us=ours, now=now, caps=caps,
+                counted=f"operations carried out, plus those Monitor advice of policy {name!r} would have carried out")
+
+        async def decide(rows: Sequence[actions.ActionRecord], live: Sequence[ledger.Reservation]) -> ledger.Decision:
+            recent = await counted_operations(rows, item, None)
+            recent.extend((r.at, operation) for r in live for operation in r.operations)
+            report = blast_radius.decide(
+                spec, advice=item, recent_actions=recent, nodes=nodes, now=now, caps=caps,
+                drained_by_us=ours | {node for r in live for node in r.drains},
+                counted="operations carried out or in flight (intents, and limits passed by advice not closed yet)")
+            carried = blast_radius.without_drains(item) if report.refused_drains else item
+            operations = [carried.action.value] * (carried.action is not vocab.AdviceAction.NONE)
+            operations += [actions.Operation.DRAIN_NODE.value] * len(carried.drain_nodes)
+            return ledger.Decision(report, operations, sorted(set(carried.drain_nodes)))
+
+        return await self.store.reserve_limits(
+            item.workload, item.attempt, item.generation, decide, at=now, since=now - blast_radius.WINDOW_S,
+            fence=self.executor.fence.token(item.workload), breaker=switch_mod.BREAKER)
 
     async def sweep(self) -> None:
         """Watchdog: give up on advice past its deadline, releasing any hold of ours; then release
@@ -1373,7 +1401,9 @@ async def counted_operations(
 
     One operation per carried-out advice generation (a requeue with exclusions is three scheduler
     calls but one recovery), plus one per drained node, as ``blast_radius.planned_operations``
-    counts. Action mode counts what was carried out (``done`` rows, every workload and policy).
+    counts. Action mode counts what was carried out or is in flight (``done`` and ``intent`` rows, every
+    workload and policy; the generations that passed their limits and wrote no row yet are counted
+    from the store's ledger, ``store.ledger``).
     Monitor mode (``get_advice`` given) predicts Action mode: the operations carried out for
     real, plus the ones earlier Monitor advice of the same policy would have carried out (rows
     ``skipped: monitor mode``, not those that would have been blocked themselves): had the
@@ -1387,7 +1417,7 @@ async def counted_operations(
         key = (r.workload, r.attempt, r.generation)
         if key == own:
             continue
-        if r.status != actions.ActionStatus.DONE:
+        if r.status not in (actions.ActionStatus.DONE, actions.ActionStatus.INTENT):
             if get_advice is None or r.status != actions.ActionStatus.SKIPPED or r.error != executor_mod.MONITOR_SKIP:
                 continue
             if key not in policy_of:

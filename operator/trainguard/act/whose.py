@@ -26,7 +26,10 @@ known from those alone; everything else somebody else did):
   under someone else's decision. Workloads that restart themselves by design (a PyTorchJob's or a
   JobSet's own restart policy, ``JobSnapshot.exclusions_while_running``) are exempt: their restart
   is the workload's, and the node exclusion of our advice still keeps it off the bad node.
-- A hold we did not place (no hold row of ours for the generation): a person's hold.
+- A hold we did not place (no hold row of ours for the attempt, or in flight for the generation): a
+  person's hold, or a Kubernetes workload a person suspended.
+- A Kubernetes workload that disappears while not finished (it has an incarnation: the object's uid)
+  was deleted by someone: recorded by the engine when discovery sees it go.
 - Exclusions we set (a done ``exclude_nodes`` row) that the job no longer shows: a person changed
   ``ExcNodeList``.
 
@@ -89,6 +92,10 @@ def ending(job: workloads.JobSnapshot, attempt: int, ours: Sequence[actions.Acti
                                           f"{job.attempt}, no requeue of ours)")
     if job.attempt < attempt:
         return None
+    if job.held and not job.state.finished and not _ours(ours, _HOLDS, attempt):
+        # a person's hold, or a Kubernetes workload a person suspended (its pods go: not a failure)
+        return Change(PERSON, "held", f"the job is held ({job.hold_reason or 'hold'}"
+                                      f"{': ' + job.hold_detail if job.hold_detail else ''}), not by Trainguard")
     match job.state:
         case JobState.CANCELLED if not _ours(ours, frozenset({Op.CANCEL}), attempt):
             return Change(PERSON, "cancelled", "the job was cancelled, not by Trainguard")
@@ -108,13 +115,12 @@ def interference(job: workloads.JobSnapshot, attempt: int, rows: Sequence[action
 
     Beyond ``ending``: a hold we did not place, and exclusions of ours that the job no longer shows.
     A restart count moved by our own requeue of this generation is ours (``rows``)."""
+    if job.held and not job.state.finished and not any(r.operation in _HOLDS and r.status in _MEANT for r in rows):
+        return Change(PERSON, "held", f"the job is held ({job.hold_reason or 'hold'}"
+                                      f"{': ' + job.hold_detail if job.hold_detail else ''}), not by Trainguard")
     change = ending(job, attempt, [*ours, *rows])
     if change is not None:
         return change
-    if job.held and not job.state.finished and not any(
-            r.operation in _HOLDS and r.status in _MEANT for r in rows):
-        return Change(PERSON, "held", f"the job is held ({job.hold_reason or 'hold'}"
-                                      f"{': ' + job.hold_detail if job.hold_detail else ''}), not by Trainguard")
     set_by_us = {str(n) for r in rows if r.operation is Op.EXCLUDE_NODES and r.status is actions.ActionStatus.DONE
                  for n in r.args.get("excluded_nodes", [])}
     removed = sorted(set_by_us - set(job.excluded_nodes))

@@ -481,8 +481,6 @@ async def _body(request: web.Request, model: type[BaseModel]) -> Any:
 
 
 async def set_policy_mode(request: web.Request) -> web.Response:
-    from trainguard.policy import loader
-
     state = request.app[STATE]
     _params(request, ())
     name = request.match_info["name"]
@@ -500,7 +498,8 @@ async def set_policy_mode(request: web.Request) -> web.Response:
     who = auth.principal_of(request)
     before = policy.spec.mode
     updated = policy.model_copy(update={"spec": policy.spec.model_copy(update={"mode": mode})})
-    engine.update_policies(loader.PolicySet(tuple(updated if p is policy else p for p in engine.policies.policies)))
+    engine.update_policies(dataclasses.replace(
+        engine.policies, policies=tuple(updated if p is policy else p for p in engine.policies.policies)))
     state.switched_by[name] = who.user
     note = "" if mode != vocab.Mode.ACTION or state.allow_action else \
         " (the cluster-wide Action switch is off: the effective mode stays Monitor)"

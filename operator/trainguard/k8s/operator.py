@@ -53,7 +53,19 @@ from trainguard.act import ports as act_ports
 from trainguard.detect import catalog as catalog_mod
 from trainguard.http import api as http_api
 from trainguard.http import app as http_app
-from trainguard.k8s import client, coalesce, events, lease, policies, recovery, review, shard_leases, slinky, status
+from trainguard.k8s import (
+    client,
+    coalesce,
+    control,
+    events,
+    lease,
+    policies,
+    recovery,
+    review,
+    shard_leases,
+    slinky,
+    status,
+)
 from trainguard.k8s import kube_signals as kube_signals_mod
 from trainguard.k8s.kubejobs import scheduler as kube_scheduler
 from trainguard.k8s.kubejobs import wiring as kube_wiring
@@ -176,6 +188,8 @@ class Shell:
     """Where the engine reads job output from (set once at start from ``config.victorialogs`` or ``config.loki``)."""
     kube_signals: kube_signals_mod.KubeSignals | None = None
     """Pod logs and Node conditions of Kubernetes workloads (``--scheduler kubernetes``; ``k8s/kube_signals.py``)."""
+    pause_mirror: control.PauseMirror | None = None
+    """The ``trainguard-control`` ConfigMap's pause, mirrored into the store (``k8s/control.py``)."""
     health: health_mod.Health = field(default_factory=health_mod.Health)
     """Liveness (heartbeat) and readiness (scheduler, store) of this replica (``trainguard.health``)."""
 
@@ -447,6 +461,19 @@ class Shell:
             self.untracked_since.pop(name, None)
             self.objects.pop(name, None)
         await self._policy_statuses()
+        await self._mirror_pause()
+
+    async def _mirror_pause(self) -> None:
+        """The runtime pause set with ``kubectl`` (``k8s/control.py``): mirrored into the store on change."""
+        if self.api is None or self.store is None:
+            return
+        if self.pause_mirror is None:
+            self.pause_mirror = control.PauseMirror(self.config.workload_namespace)
+        try:
+            await self.pause_mirror.sync(self.api, self.store, self.clock.now())
+        except client.API_ERRORS as exc:
+            logger.warning("cannot read ConfigMap %s/%s (the runtime pause): %s", self.config.workload_namespace,
+                           control.CONFIGMAP, client.message_of(exc))
 
     async def _policy_statuses(self) -> None:
         assert self.api is not None and self.engine is not None

@@ -67,6 +67,9 @@ def manifest_files() -> dict[str, str]:
         _binding("ClusterRoleBinding", "trainguard-operator", "trainguard-operator"),
         # bound per Slinky namespace by manifests/slinky (one RoleBinding each), never cluster-wide
         _cluster_role("trainguard-slinky-pods", slinky["slinky"]),
+        # the operator's own namespace only (the trainguard-control ConfigMap: the runtime pause)
+        _cluster_role("trainguard-operator-namespace", base["workload"]),
+        _binding("RoleBinding", "trainguard-operator-namespace", "trainguard-operator-namespace", NAMESPACE),
     ]
     slinky_docs = [
         _cluster_role("trainguard-slinky-nodes", slinky["cluster"]),

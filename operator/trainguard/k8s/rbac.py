@@ -73,6 +73,8 @@ RULES: Final[tuple[Rule, ...]] = (
          "the HTTP API: who holds a bearer token (k8s/review.py)"),
     Rule("core", "cluster", "authorization.k8s.io", ("subjectaccessreviews",), ("create",),
          "the HTTP API: read or write role from the caller's own RBAC (k8s/review.py)"),
+    Rule("core", "workload", "", ("configmaps",), ("get",),
+         "the runtime pause: the trainguard-control ConfigMap in the operator's namespace (k8s/control.py)"),
     # allNamespaces ---------------------------------------------------------------------------
     Rule("allNamespaces", "cluster", "apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch"),
          "kopf's resource scanning, on only when serving every namespace (k8s/operator.configure)"),

@@ -95,7 +95,8 @@ class Selector(_Section):
     )
     namespaces: list[Annotated[str, Field(min_length=1, max_length=63)]] = Field(
         default_factory=list,
-        description="Kubernetes namespaces covered; empty means all.",
+        description="Kubernetes namespaces covered; empty means all. Under the operator a policy outside the "
+        "operator's namespace covers its own namespace only.",
     )
     accounts: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
         default_factory=list,
@@ -217,7 +218,8 @@ class Detection(_Section):
     throughput_drop_action: Literal["off", "requeue"] = Field(
         default="off",
         description="'off': stragglers are detected and recorded, never acted on (default, as "
-        "restarting a slow job is costly and often wrong). 'requeue': requeue without the slow node.",
+        "restarting a slow job is costly and often wrong). 'requeue': requeue without the slow node when "
+        "one is named; otherwise requeue and say that no node is excluded.",
     )
     gpu_metric_action: Literal["record", "requeue"] = Field(
         default="record",

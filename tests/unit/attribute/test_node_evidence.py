@@ -118,3 +118,12 @@ def test_a_healthy_verdict_is_not_changed_by_evidence() -> None:
     healthy = verdicts.Verdict(attribution=AT.NONE, category=C.NONE)
     got = node_evidence.apply(healthy, evidence.NodeEvidence(findings=[_xid("node2")], sources=[PROM_USED]))
     assert got.attribution == AT.NONE and got.suspect_nodes == []
+
+
+def test_a_persons_node_reason_is_context_not_a_fault() -> None:
+    """An administrator's own words (a drain or DOWN for maintenance) are their decision about the node,
+    not a diagnosis: the verdict keeps them as context and names no suspect from them."""
+    nodes = [workloads.NodeSnapshot(name="node4", state="DOWN", reason="admin: PSU swap"),
+             workloads.NodeSnapshot(name="node3", state="IDLE+DRAIN", reason="maintenance window", drained=True)]
+    findings = node_evidence.node_state_findings(["node3", "node4"], nodes, source="s", our_prefix="trainguard:")
+    assert [(f.node, f.fault) for f in findings] == [("node4", False), ("node3", False)]

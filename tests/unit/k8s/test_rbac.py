@@ -44,6 +44,7 @@ METHOD = re.compile(r"^(read|get|list|create|patch|replace|delete)_(?:namespaced
 VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch", "replace": "update",
          "delete": "delete"}
 KINDS = {"node": ("", "nodes"), "pod": ("", "pods"), "pod_log": ("", "pods/log"), "event": ("", "events"),
+         "config_map": ("", "configmaps"),
          "lease": ("coordination.k8s.io", "leases"), "token_review": ("authentication.k8s.io", "tokenreviews"),
          "subject_access_review": ("authorization.k8s.io", "subjectaccessreviews")}
 RAW_PATHS = {"/api/v1/namespaces/{namespace}/pods": ("", "pods", "list"),
