@@ -66,6 +66,7 @@ from trainguard.schedulers import base
 from trainguard.signals import discovery, fileio, gpu_metrics, resume, sources, tailbook, tailer
 from trainguard.store import audit
 from trainguard.store import journal as journal_store
+from trainguard.store import ledger as limits_ledger
 
 logger = logging.getLogger(__name__)
 
@@ -1309,7 +1310,8 @@ class Engine:
                 spec, advice=item, recent_actions=recent, nodes=nodes, drained_by_us=ours, now=now, caps=caps,
                 counted=f"operations carried out, plus those Monitor advice of policy {name!r} would have carried out")
 
-        async def decide(rows: Sequence[actions.ActionRecord], live: Sequence[ledger.Reservation]) -> ledger.Decision:
+        async def decide(rows: Sequence[actions.ActionRecord],
+                         live: Sequence[limits_ledger.Reservation]) -> limits_ledger.Decision:
             recent = await counted_operations(rows, item, None)
             recent.extend((r.at, operation) for r in live for operation in r.operations)
             report = blast_radius.decide(
@@ -1317,9 +1319,9 @@ class Engine:
                 drained_by_us=ours | {node for r in live for node in r.drains},
                 counted="operations carried out or in flight (intents, and limits passed by advice not closed yet)")
             carried = blast_radius.without_drains(item) if report.refused_drains else item
-            operations = [carried.action.value] * (carried.action is not vocab.AdviceAction.NONE)
+            operations = [carried.action.value] * int(carried.action is not vocab.AdviceAction.NONE)
             operations += [actions.Operation.DRAIN_NODE.value] * len(carried.drain_nodes)
-            return ledger.Decision(report, operations, sorted(set(carried.drain_nodes)))
+            return limits_ledger.Decision(report, operations, sorted(set(carried.drain_nodes)))
 
         return await self.store.reserve_limits(
             item.workload, item.attempt, item.generation, decide, at=now, since=now - blast_radius.WINDOW_S,

@@ -10,6 +10,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+from trainguard.model import limits
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -48,6 +50,21 @@ class EngineSettings:
     journal_max_bytes: int = 2_000_000
     """The signal journal's cap per workload, in payload characters: past it, the oldest snapshots
     and checkpoint/progress samples go first, then the oldest decisions (``store.journal``)."""
+
+    max_actions_per_hour: int | None = 100
+    """The cluster administrator's cap on scheduler operations in any rolling hour, above every policy's
+    ``blastRadius.maxActionsPerHour`` (a policy can only be stricter); None: no cap. When a cap refuses an
+    advice the latched breaker opens (``act.switch``)."""
+    max_nodes_out: int | None = None
+    """The administrator's cap on nodes out of service by us at once (drained with our reason); None: no cap."""
+    max_nodes_out_share: float | None = 0.5
+    """The administrator's cap on the share of the cluster, and of each partition, out of service by us at
+    once (peer practice: 50 %); None: no cap."""
+
+    def admin_caps(self) -> limits.AdminCaps:
+        """The administrator's caps for ``policy.blast_radius``."""
+        return limits.AdminCaps(actions_per_hour=self.max_actions_per_hour, nodes_out=self.max_nodes_out,
+                                nodes_out_share=self.max_nodes_out_share)
 
     def fingerprint(self) -> str:
         """A short stable hash of these settings, written into every audit row."""

@@ -20,11 +20,16 @@ the requeue happened => it is marked done, not repeated). In Monitor mode the st
 recorded as ``skipped: monitor mode`` and no mutating scheduler method is called.
 
 Blast-radius limits are evaluated in both modes before the first step (``blast_limit``) and
-their figures recorded on the outcome (``blast_radius`` in its audit payload). In Action mode a
-limit that blocks closes the generation as Abandoned with every step ``skipped: blocked``; in
-Monitor mode the steps are recorded as ``skipped: monitor mode; would be blocked: ...`` so the
-Monitor trail shows what Action mode would have refused (and the engine counts only the
-generations that would have run in a Monitor policy's actions-per-hour window).
+their figures recorded on the outcome (``blast_radius`` in its audit payload). In Action mode the
+engine decides and reserves in one serialised, fenced transaction (``store.ledger``), so recoveries
+decided together count each other. A limit that blocks closes the generation as Abandoned with every
+step ``skipped: blocked``; an administrator's cap that blocks also opens the latched breaker
+(``act.switch``). Degrade, don't abandon: when only the drains are refused, they are recorded as
+``skipped: refused by a blast-radius limit: ...`` and the rest (the requeue with its exclusions) is
+carried out. In Monitor mode the steps are recorded as ``skipped: monitor mode; would be blocked:
+...`` (or ``would be refused`` for the drains alone) so the Monitor trail shows what Action mode
+would have refused (and the engine counts only the generations that would have run in a Monitor
+policy's actions-per-hour window).
 
 A hold step records how the scheduler shows the hold right after it (``watchdog.HOLD_SEEN``);
 the ``release`` step (e.g. after a retry backoff) releases only a hold that still looks so, and
@@ -73,6 +78,9 @@ PERSONS_CHANGE = "a change that is not ours"
 
 MONITOR_SKIP = "skipped: monitor mode"
 WOULD_BLOCK = "would be blocked"
+WOULD_REFUSE = "would be refused"
+REFUSED = "skipped: refused by a blast-radius limit"
+"""Error text (prefix) of a drain step a limit refused while the rest of its advice was carried out."""
 ALREADY_IN_EFFECT = "already in effect"
 
 
@@ -97,6 +105,11 @@ class Executor:
         self._blast_limit = blast_limit
         self._fence = fence
         self.watchdog = watchdog.Watchdog(scheduler, ledger, clock_, fence=fence)
+
+    @property
+    def fence(self) -> ports.Fence:
+        """Leadership as this executor fences its mutations with: the limit decision is fenced the same way."""
+        return self._fence
 
     async def reconcile(self, item: advice.Advice) -> vocab.Disposition:
         """Bring the scheduler to ``item``'s desired state (or record what would be done)."""
@@ -224,13 +237,19 @@ class Executor:
         if item.mode is vocab.Mode.MONITOR:
             report = await self._monitor_limits(item)
             blocked = report.reason if report is not None else None
+            refused = _refused_drains(plan, report)
             skip = f"{MONITOR_SKIP}; {WOULD_BLOCK}: {blocked}" if blocked else MONITOR_SKIP
             for step in plan:
-                await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.SKIPPED, skip),
+                why = f"{MONITOR_SKIP}; {WOULD_REFUSE}: {_refusal(report)}" if step in refused else skip
+                await self._ledger.begin_action(self._row(item, step, actions.ActionStatus.SKIPPED, why),
                                                 at=self._clock.now())
-            detail = f"monitor mode: would run {', '.join(s.name for s in plan) or 'nothing'}"
+            detail = f"monitor mode: would run {', '.join(s.name for s in plan if s not in refused) or 'nothing'}"
             if blocked:
                 detail = f"monitor mode: Action mode would be blocked by a blast-radius limit: {blocked}"
+                if report is not None and report.breaker_reason:
+                    detail += " (an administrator's cap: the breaker would open)"
+            elif refused:
+                detail += f"; the drains would be refused: {_refusal(report)}"
             return await self._close(item, vocab.Disposition.MONITORED, detail, report)
         stop = await self._stop_reason(item, seen.job)
         if stop:
@@ -239,12 +258,11 @@ class Executor:
         if not rows and self._blast_limit is not None:
             report = await self._blast_limit(item)
             if report.reason:
-                for step in plan:
-                    await self._ledger.begin_action(
-                        self._row(item, step, actions.ActionStatus.SKIPPED, f"blocked: {report.reason}"),
-                        at=self._clock.now())
-                return await self._close(item, vocab.Disposition.ABANDONED,
-                                         f"blocked by blast-radius limit: {report.reason}", report)
+                return await self._refuse(item, plan, report)
+            for step in _refused_drains(plan, report):
+                rows[step.name] = await self._ledger.begin_action(
+                    self._row(item, step, actions.ActionStatus.SKIPPED, f"{REFUSED}: {_refusal(report)}"),
+                    at=self._clock.now())
         for step in plan:
             if self._backing_off(item, step, rows.get(step.name)):
                 # Requeued and held; the release waits for the retry backoff. The advice stays
@@ -257,12 +275,29 @@ class Executor:
         seen = await self._observe(item, job_id)
         rows_now = await self._ledger.actions_for(item.workload, item.attempt, item.generation)
         theirs = {r.args.get("node") for r in rows_now if r.operation is actions.Operation.DRAIN_NODE
-                  and r.status is actions.ActionStatus.SKIPPED and r.error.startswith(LEFT_NODE_ALONE)}
+                  and r.status is actions.ActionStatus.SKIPPED and r.error.startswith((LEFT_NODE_ALONE, REFUSED))}
         wanted = item.model_copy(update={"drain_nodes": [n for n in item.drain_nodes if n not in theirs]})
         missing = steps.unmet(wanted, seen)
         if missing:
             return await self.watchdog.abandon(item, f"verify failed: {'; '.join(missing)}")
-        return await self._close(item, vocab.Disposition.CONVERGED, f"verified after {len(plan)} step(s)", report)
+        detail = f"verified after {len(plan)} step(s)"
+        refusals = [r for r in rows_now if r.status is actions.ActionStatus.SKIPPED and r.error.startswith(REFUSED)]
+        if refusals:
+            detail += f"; degraded: {refusals[0].error}"
+        return await self._close(item, vocab.Disposition.CONVERGED, detail, report)
+
+    async def _refuse(self, item: advice.Advice, plan: list[steps.Step],
+                      report: limits.LimitReport) -> vocab.Disposition:
+        """A limit refused the whole advice (even without its drains): every step skipped, the generation
+        closed as Abandoned. An administrator's cap opened the breaker in the same decision."""
+        for step in plan:
+            await self._ledger.begin_action(
+                self._row(item, step, actions.ActionStatus.SKIPPED, f"blocked: {report.reason}"), at=self._clock.now())
+        detail = f"blocked by blast-radius limit: {report.reason}"
+        if report.breaker_reason:
+            detail = (f"blocked by an administrator's cap: {report.breaker_reason}; the breaker is open until a "
+                      "person resets it (trainguard actions reset-breaker)")
+        return await self._close(item, vocab.Disposition.ABANDONED, detail, report)
 
     async def _stop_reason(self, item: advice.Advice, job: workloads.JobSnapshot,
                            step: steps.Step | None = None) -> str:
@@ -355,6 +390,17 @@ class Executor:
             logger.warning("cannot read the hold just placed on %s: %s", step.job_id, exc)
             return None
         return _hold_seen(step, job)
+
+
+def _refused_drains(plan: list[steps.Step], report: limits.LimitReport | None) -> list[steps.Step]:
+    """The drain steps of ``plan`` a degraded ``report`` refused (the rest of the advice is allowed)."""
+    if report is None or report.reason or not report.refused_drains:
+        return []
+    return [s for s in plan if s.operation is actions.Operation.DRAIN_NODE and s.nodes[0] in report.refused_drains]
+
+
+def _refusal(report: limits.LimitReport | None) -> str:
+    return next((c.reason for c in report.refused), "") if report is not None else ""
 
 
 LEFT_NODE_ALONE = "left alone: a person manages the node"

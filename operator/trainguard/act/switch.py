@@ -14,7 +14,12 @@ database (table ``controls``), so every replica and every restart sees it. Each 
 afresh: a pause takes effect at the next step of anything in flight and within one sweep for
 generations waiting on a backoff.
 
-When either key is off, a pending Action generation is closed by the watchdog: our own holds are
+The breaker (``BREAKER``, same table) is a third stop: it opens by itself when an administrator's
+cap (``limits.AdminCaps``) refuses an advice, in the same transaction as that refusal
+(``store.audit.AuditStore.reserve_limits``), and stays open (latched) until a person resets it with
+``trainguard actions reset-breaker`` or ``POST /api/v1/actions/breaker/reset``.
+
+When any key is off, a pending Action generation is closed by the watchdog: our own holds are
 released (never leave a job held), nothing else is changed, and the audit record says why.
 """
 
@@ -27,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 PAUSE = "actions-paused"
 """Name of the runtime pause in the store's ``controls`` table."""
+BREAKER = "actions-breaker"
+"""Name of the latched breaker in the store's ``controls`` table (``{"open": bool, "reason": ...}``)."""
 
 
 class ControlRecordLike(Protocol):
@@ -56,6 +63,15 @@ def pause_reason(record: ControlRecordLike | None) -> str | None:
     return f"actions are paused by {record.updated_by or 'someone'}: {reason}"
 
 
+def breaker_reason(record: ControlRecordLike | None) -> str | None:
+    """Why the breaker stops every action according to ``record`` (the stored breaker), or None if closed."""
+    if record is None or not record.value.get("open"):
+        return None
+    reason = str(record.value.get("reason") or "no reason recorded")
+    return (f"the blast-radius breaker is open since an administrator's cap tripped ({reason}); "
+            "a person resets it with `trainguard actions reset-breaker`")
+
+
 class ActionSwitch:
     """Both run-time keys an Action step needs: the process's switch and the stored pause."""
 
@@ -65,17 +81,18 @@ class ActionSwitch:
         self._controls = controls
 
     async def blocked(self) -> str | None:
-        """Why no Action step may run now, or None when both keys allow it. A store that cannot be
-        read blocks too (the step would need the store for its intent row anyway)."""
+        """Why no Action step may run now, or None when both keys allow it and the breaker is closed. A
+        store that cannot be read blocks too (the step would need the store for its intent row anyway)."""
         if not self.allow_action:
             return "the cluster switch is off (this process runs with --mode monitor)"
         if self._controls is None:
             return None
         try:
             record = await self._controls.control(PAUSE)
+            breaker = await self._controls.control(BREAKER)
         except Exception as exc:
             return f"the runtime pause cannot be read ({type(exc).__name__}: {exc})"
-        return pause_reason(record)
+        return pause_reason(record) or breaker_reason(breaker)
 
 
 ALWAYS_ON = ActionSwitch(True)

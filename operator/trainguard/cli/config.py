@@ -128,6 +128,18 @@ class Settings(BaseSettings):
     journal_max_bytes: int = Field(2_000_000, ge=10_000, description="signal-journal cap per workload (payload "
                                    "characters): past it, the oldest snapshots and progress samples go first, "
                                    "then the oldest decisions", json_schema_extra=_flag(metavar="N"))
+    max_actions_per_hour: int | None = Field(100, ge=0, le=1_000_000, description="the cluster administrator's cap "
+                                             "on scheduler operations in any rolling hour, above every policy's "
+                                             "maxActionsPerHour (a policy can only be stricter); when a cap refuses "
+                                             "an advice the breaker opens and stays open until `trainguard actions "
+                                             "reset-breaker`; 'off': no cap", json_schema_extra=_flag(metavar="N"))
+    max_nodes_out: int | None = Field(None, ge=0, le=1_000_000, description="the administrator's cap on nodes out "
+                                      "of service by us at once (drained with our reason, or about to be); "
+                                      "'off' (the default): no cap", json_schema_extra=_flag(metavar="N"))
+    max_nodes_out_share: float | None = Field(0.5, ge=0.0, le=1.0, description="the administrator's cap on the "
+                                              "share of the cluster, and of each partition, out of service by us at "
+                                              "once, above every policy's maxDrainedShare; 'off': no cap",
+                                              json_schema_extra=_flag(metavar="SHARE"))
     http_listen: str = Field(DEFAULT_HTTP_LISTEN, description="HOST:PORT of /healthz, /readyz and /metrics (port 0: "
                              "any free port, logged at start-up); 'off' disables them",
                              json_schema_extra=_flag(metavar="HOST:PORT"))
@@ -192,6 +204,12 @@ class Settings(BaseSettings):
     log_level: LogLevel = "INFO"
 
     COMMAND: ClassVar[str] = ""
+
+    @field_validator("max_actions_per_hour", "max_nodes_out", "max_nodes_out_share", mode="before")
+    @classmethod
+    def _off(cls, value: Any) -> Any:
+        """'off' (or 'none', or empty) turns an administrator's cap off."""
+        return None if isinstance(value, str) and value.strip().lower() in ("off", "none", "") else value
 
     @field_validator("mode", mode="before")
     @classmethod

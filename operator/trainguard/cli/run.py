@@ -81,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     settings = settings_mod.EngineSettings(discovery_interval_s=cfg.poll, allow_action=cfg.mode == "action",
                                            journal_retention_s=cfg.journal_retention_days * 86400.0,
-                                           journal_max_bytes=cfg.journal_max_bytes)
+                                           journal_max_bytes=cfg.journal_max_bytes,
+                                           max_actions_per_hour=cfg.max_actions_per_hour,
+                                           max_nodes_out=cfg.max_nodes_out,
+                                           max_nodes_out_share=cfg.max_nodes_out_share)
     try:
         return asyncio.run(_main(cfg, args.once, policies, catalog, settings))
     except _Fatal as exc:

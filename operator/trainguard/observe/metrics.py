@@ -156,6 +156,13 @@ class EngineMetrics:
             "trainguard_actions_paused", "1 while no recovery may change the scheduler: the runtime pause is set "
             "(trainguard pause, the API, the console or the trainguard-control ConfigMap) or the cluster switch "
             "is off (--mode monitor); 0 while both keys allow Action-mode policies to act", registry=r)
+        self.breaker_trips = Counter(
+            "trainguard_breaker_trips", "Times the blast-radius breaker opened because an administrator's cap "
+            "(--max-actions-per-hour, --max-nodes-out, --max-nodes-out-share) refused an advice", registry=r)
+        self.breaker_open = Gauge(
+            "trainguard_breaker_open", "1 from the breaker opening seen by this process until a reset seen by it "
+            "(trainguard_actions_paused, refreshed every sweep from the store, is 1 too while it is open)",
+            registry=r)
         self.states = _WorkloadStates(self)
         r.register(self.states)
         self._anomaly_at: _Recent = _Recent()
@@ -228,6 +235,11 @@ class EngineMetrics:
 
     def _on_action(self, record: audit.Written) -> None:
         payload = record.payload
+        if payload.get("operation") == BREAKER_OPEN:
+            self.breaker_trips.inc()
+            self.breaker_open.set(1)
+        elif payload.get("operation") == BREAKER_RESET:
+            self.breaker_open.set(0)
         mode = self._mode_of(record)
         if mode == UNKNOWN_MODE and payload.get("error") == executor_mod.MONITOR_SKIP:
             mode = vocab.Mode.MONITOR.value
@@ -251,6 +263,10 @@ class EngineMetrics:
         return str(opened[1]) if opened is not None else UNKNOWN_MODE
 
 
+BREAKER_OPEN = "breaker-open"
+"""``operation`` of the audit record written when the breaker opens (``AuditStore.reserve_limits``)."""
+BREAKER_RESET = "breaker-reset"
+"""``operation`` of the audit record written when a person resets it (CLI or API)."""
 _KINDS = frozenset(k.value for k in vocab.AuditKind)
 _HANDLERS: Final[dict[str, Callable[[EngineMetrics, audit.Written], None]]] = {
     vocab.AuditKind.ANOMALY.value: EngineMetrics._on_anomaly,

@@ -14,6 +14,15 @@ Action mode would have refused. Pure: the caller passes ``now``.
 ``maxDrainedShare`` is per partition: draining a node takes it out of every partition it
 belongs to, so each of those partitions is checked against its own size (all its nodes,
 whatever their state), counting its nodes drained by us now plus the ones planned.
+
+Above every policy, the cluster administrator's caps (``limits.AdminCaps``, process settings): the
+same actions-per-hour window against the cap, and the nodes out of service by us at once (absolute,
+and as a share of the cluster and of each partition). A policy can only be stricter. A cap that
+blocks is marked ``cap``: the executor then opens the latched breaker (``act.switch``).
+
+Degrade, don't abandon (``decide``): when the whole advice is refused by a policy's limit but the
+advice without its drains is allowed, the rest (the requeue with its exclusions) is carried out and
+the refused drains are recorded. A cap that blocks never degrades: it opens the breaker.
 """
 
 from __future__ import annotations
@@ -42,20 +51,60 @@ def evaluate(
     drained_by_us: Collection[str],
     now: float,
     counted: str = "",
+    caps: limits.AdminCaps | None = None,
 ) -> limits.LimitReport:
     """Every limit against ``advice``; ``report.reason`` is None when all allow it.
 
     ``recent_actions`` are (epoch seconds, operation) pairs; entries outside ``(now - 1 h, now]``
     are ignored. ``nodes`` is the cluster's node list, ``drained_by_us`` the names of those
     drained with our reason tag. ``counted`` says which history ``recent_actions`` holds.
+    ``caps`` adds the administrator's caps (``limits.AdminCaps``).
     """
     planned = planned_operations(advice)
     if planned == 0:
         return limits.LimitReport(counted=counted)
-    checks = [_actions_per_hour(spec, planned, recent_actions, now)]
+    maximum = spec.blast_radius.max_actions_per_hour
+    checks = [_actions_per_hour(maximum, planned, recent_actions, now)]
+    if caps is not None and caps.actions_per_hour is not None:
+        checks.append(_actions_per_hour(caps.actions_per_hour, planned, recent_actions, now, cap=True))
     if advice.drain_nodes:
-        checks.extend(_drained_share(spec, advice.drain_nodes, nodes, drained_by_us))
+        checks.extend(_drained_share(spec.blast_radius.max_drained_share, advice.drain_nodes, nodes, drained_by_us))
+        if caps is not None:
+            checks.extend(_nodes_out(caps, advice.drain_nodes, nodes, drained_by_us))
     return limits.LimitReport(checks=checks, counted=counted)
+
+
+def decide(
+    spec: model.RecoveryPolicySpec,
+    *,
+    advice: advice_model.Advice,
+    recent_actions: Sequence[tuple[float, str]],
+    nodes: Sequence[workloads.NodeSnapshot],
+    drained_by_us: Collection[str],
+    now: float,
+    counted: str = "",
+    caps: limits.AdminCaps | None = None,
+) -> limits.LimitReport:
+    """``evaluate``, degraded rather than abandoned: when a policy's limit refuses the whole advice but
+    the advice without its drains is allowed, the report allows that rest and names the refused drains
+    (``refused_drains``, with the whole advice's blocking checks in ``refused``). A blocking cap is
+    returned as it is (the breaker opens; nothing is carried out)."""
+    whole = evaluate(spec, advice=advice, recent_actions=recent_actions, nodes=nodes, drained_by_us=drained_by_us,
+                     now=now, counted=counted, caps=caps)
+    if not whole.would_block or whole.breaker_reason or not advice.drain_nodes \
+            or advice.action is vocab.AdviceAction.NONE:
+        return whole
+    rest = evaluate(spec, advice=without_drains(advice), recent_actions=recent_actions, nodes=nodes,
+                    drained_by_us=drained_by_us, now=now, counted=counted, caps=caps)
+    if rest.would_block:
+        return whole
+    return rest.model_copy(update={"refused_drains": sorted(set(advice.drain_nodes)),
+                                   "refused": [c for c in whole.checks if c.would_block]})
+
+
+def without_drains(advice: advice_model.Advice) -> advice_model.Advice:
+    """``advice`` with its drains left out: what a degraded advice carries out."""
+    return advice.model_copy(update={"drain_nodes": []})
 
 
 def actions_per_hour(
@@ -65,36 +114,69 @@ def actions_per_hour(
     """Only the ``maxActionsPerHour`` check of ``advice`` (None: it plans no operation). For a backtest
     that knows the operations of the past but not the cluster's node list at the time."""
     planned = planned_operations(advice)
-    return _actions_per_hour(spec, planned, recent_actions, now) if planned else None
+    return _actions_per_hour(spec.blast_radius.max_actions_per_hour, planned, recent_actions, now) if planned else None
 
 
 def _actions_per_hour(
-    spec: model.RecoveryPolicySpec, planned: int, recent_actions: Sequence[tuple[float, str]], now: float
+    maximum: int, planned: int, recent_actions: Sequence[tuple[float, str]], now: float, *, cap: bool = False,
 ) -> limits.LimitCheck:
-    maximum = spec.blast_radius.max_actions_per_hour
     done = sum(1 for at, _ in recent_actions if now - WINDOW_S < at <= now)
     blocked = done + planned > maximum
-    reason = (
-        f"blast radius: {done} operations in the last hour + {planned} planned > maxActionsPerHour {maximum}"
+    name = limits.CAP_ACTIONS_PER_HOUR if cap else limits.ACTIONS_PER_HOUR
+    reason = f"blast radius: {done} operations in the last hour + {planned} planned > {name} {maximum}" \
         if blocked else ""
-    )
-    return limits.LimitCheck(limit=limits.ACTIONS_PER_HOUR, maximum=maximum, planned=planned, in_window=done,
-                             would_block=blocked, reason=reason)
+    return limits.LimitCheck(limit=name, maximum=maximum, planned=planned, in_window=done,
+                             would_block=blocked, reason=reason, cap=cap)
+
+
+def _nodes_out(
+    caps: limits.AdminCaps, drain: Sequence[str], nodes: Sequence[workloads.NodeSnapshot],
+    drained_by_us: Collection[str],
+) -> list[limits.LimitCheck]:
+    """The administrator's node caps: our nodes out of service at once, absolute and as a share of the
+    cluster (and, through ``_drained_share``, of each partition)."""
+    ours = set(drained_by_us)
+    fresh = sorted(set(drain) - ours)
+    out = len(ours) + len(fresh)
+    checks: list[limits.LimitCheck] = []
+    if caps.nodes_out is not None:
+        blocked = out > caps.nodes_out
+        reason = (f"blast radius: draining {', '.join(fresh)} would put {out} nodes out of service by us > "
+                  f"{limits.CAP_NODES_OUT} {caps.nodes_out}" if blocked else "")
+        checks.append(limits.LimitCheck(limit=limits.CAP_NODES_OUT, maximum=caps.nodes_out, planned=len(fresh),
+                                        drained_by_us=len(ours), would_block=blocked, reason=reason, cap=True))
+    if caps.nodes_out_share is not None:
+        total = len({n.name for n in nodes} | ours | set(fresh))
+        share = out / total if total else 1.0
+        blocked = share > caps.nodes_out_share
+        reason = (f"blast radius: draining {', '.join(fresh)} would put {out} of {total} nodes of the cluster "
+                  f"({share:.0%}) out of service by us > {limits.CAP_NODES_OUT_SHARE} {caps.nodes_out_share:.0%}"
+                  if blocked else "")
+        checks.append(limits.LimitCheck(limit=limits.CAP_NODES_OUT_SHARE, maximum=caps.nodes_out_share,
+                                        planned=len(fresh), partition_nodes=total, drained_by_us=len(ours),
+                                        share=round(share, 4), would_block=blocked, reason=reason, cap=True))
+        placed = {n.name for n in nodes if n.partitions}  # an unplaced node is the policy check's refusal
+        if [n for n in drain if n in placed]:
+            checks.extend(_drained_share(caps.nodes_out_share, [n for n in drain if n in placed], nodes,
+                                         drained_by_us, cap=True))
+    return checks
 
 
 def _drained_share(
-    spec: model.RecoveryPolicySpec,
+    maximum: float,
     drain: Sequence[str],
     nodes: Sequence[workloads.NodeSnapshot],
     drained_by_us: Collection[str],
+    *,
+    cap: bool = False,
 ) -> list[limits.LimitCheck]:
-    maximum = spec.blast_radius.max_drained_share
+    name = limits.CAP_NODES_OUT_SHARE if cap else limits.DRAINED_SHARE
     by_name = {n.name: n for n in nodes}
     unplaced = sorted(n for n in set(drain) if n not in by_name or not by_name[n].partitions)
     if unplaced:
         # No partition, no denominator: refuse rather than guess a share.
         return [limits.LimitCheck(
-            limit=limits.DRAINED_SHARE, maximum=maximum, planned=len(set(drain)), would_block=True,
+            limit=name, maximum=maximum, planned=len(set(drain)), would_block=True, cap=cap,
             reason=f"blast radius: partition of {', '.join(unplaced)} unknown, no node may be drained",
         )]
     partitions = sorted({p for name in set(drain) for p in by_name[name].partitions})
@@ -108,11 +190,11 @@ def _drained_share(
         blocked = share > maximum
         reason = (
             f"blast radius: draining {', '.join(fresh)} would put {drained} of {len(members)} nodes of partition "
-            f"{partition} ({share:.0%}) in our drain > maxDrainedShare {maximum:.0%}"
+            f"{partition} ({share:.0%}) in our drain > {name} {maximum:.0%}"
             if blocked else ""
         )
         checks.append(limits.LimitCheck(
-            limit=limits.DRAINED_SHARE, maximum=maximum, planned=len(fresh), partition=partition,
+            limit=name, maximum=maximum, cap=cap, planned=len(fresh), partition=partition,
             partition_nodes=len(members), drained_by_us=len(ours), share=round(share, 4), would_block=blocked,
             reason=reason,
         ))

@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from trainguard.model import actions, advice, anomalies, verdicts, vocab
-from trainguard.store import tables
+from trainguard.model import actions, advice, anomalies, limits, verdicts, vocab
+from trainguard.store import ledger, tables
 
 T = TypeVar("T")
 
@@ -1156,6 +1156,67 @@ class AuditStore:
             return ControlRecord(name=name, value=dict(value), updated_by=by, updated_at=at)
 
         return await self._transaction(work)
+
+    async def reserve_limits(
+        self, workload: str, attempt: int, generation: int, decide: ledger.Decide, *, at: float, since: float,
+        fence: actions.FenceToken | None = None, breaker: str = "",
+    ) -> limits.LimitReport:
+        """Check the blast-radius limits of one advice generation and reserve what they allow, as one
+        serialised decision (``store.ledger``): fenced like every mutation, under the ledger row's
+        lock, counting the action rows since ``since`` (done, and intents in flight) and the
+        reservations of generations not closed yet. A generation that asks again gets its recorded
+        answer. When the report's blocking check is an administrator's cap, the ``breaker`` control
+        is opened (latched; with an audit record) in the same transaction."""
+        key = ledger.key_of(workload, attempt, generation)
+
+        async def work(session: AsyncSession) -> limits.LimitReport:
+            if fence is not None:
+                await self._check_fence(session, fence, at)
+            when = to_datetime(at)
+            row = await ledger.lock(session, when)
+            earlier = next((e for e in row.value.get("reserved", []) if ledger.key_of(
+                e["workload"], e["attempt"], e["generation"]) == key), None)
+            if earlier is not None:
+                return limits.LimitReport.model_validate(earlier["report"])
+            live = await ledger.in_flight(session, row, since)
+            counted = (actions.ActionStatus.DONE.value, actions.ActionStatus.INTENT.value)
+            rows = (await session.execute(sa.select(tables.ActionRow).where(
+                tables.ActionRow.created_at >= to_datetime(since), tables.ActionRow.status.in_(counted))
+                .order_by(tables.ActionRow.id))).scalars().all()
+            decision = await decide([_action_record(r) for r in ledger.window_rows(rows, live)], live)
+            report = decision.report
+            if report.reason is None:
+                live.append(ledger.Reservation(workload=workload, attempt=attempt, generation=generation, at=at,
+                                               operations=decision.operations, drains=decision.drains,
+                                               report=report.model_dump(mode="json")))
+            row.value = {"reserved": [r.as_json() for r in live]}
+            if report.breaker_reason and breaker:
+                await self._open_breaker(session, breaker, report.breaker_reason, workload=workload, attempt=attempt,
+                                         at=at)
+            await session.flush()
+            return report
+
+        for _ in range(5):
+            try:
+                return await self._commit(work)
+            except sa_exc.IntegrityError:
+                continue  # another replica created the ledger row at the same time: decide again under it
+        raise RuntimeError("could not lock the blast-radius ledger: five concurrent creations in a row")
+
+    async def _open_breaker(self, session: AsyncSession, name: str, reason: str, *, workload: str, attempt: int,
+                            at: float) -> None:
+        """Latch the breaker open (it stays open until a person resets it); audited once per opening."""
+        row = await session.get(tables.ControlRow, name, with_for_update=True)
+        if row is not None and row.value.get("open"):
+            return
+        value = {"open": True, "reason": reason, "workload": workload}
+        if row is None:
+            session.add(tables.ControlRow(name=name, value=value, updated_by="trainguard", updated_at=to_datetime(at)))
+        else:
+            row.value, row.updated_by, row.updated_at = value, "trainguard", to_datetime(at)
+        self._log(session, at=at, workload=workload, attempt=attempt, kind=vocab.AuditKind.ACTION,
+                  payload={"operation": "breaker-open", "status": "done", "control": name, "reason": reason},
+                  decided_by=vocab.Decider.POLICY_ENGINE.value)
 
     async def record_api_action(
         self, *, workload: str, attempt: int | None, payload: dict[str, object], by: str, at: float,

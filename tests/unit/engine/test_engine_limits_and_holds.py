@@ -108,7 +108,8 @@ async def _lemon_drain(h: scenario.Harness) -> None:
 
 
 async def test_the_drained_share_is_per_partition_in_action_mode(make_harness: scenario.MakeHarness) -> None:
-    """node6 is 1 of 6 nodes of the cluster (17 %) but 1 of 2 of partition ``small`` (50 % > 30 %)."""
+    """node6 is 1 of 6 nodes of the cluster (17 %) but 1 of 2 of partition ``small`` (50 % > 30 %): the
+    drain is refused and recorded, the requeue the job needed is still carried out (degraded)."""
     h = await make_harness(policies=DRAINING.format(mode="Action"))
     await _lemon_drain(h)
 
@@ -117,11 +118,17 @@ async def test_the_drained_share_is_per_partition_in_action_mode(make_harness: s
     assert not h.scheduler.nodes["node6"].drained
     assert "drain_node" not in h.mutations()
     [outcome] = await h.outcomes("41")
-    assert outcome["disposition"] == "Abandoned"
-    assert "1 of 2 nodes of partition small (50%)" in outcome["detail"]
-    shares = {c["partition"]: (c["share"], c["would_block"]) for c in outcome["blast_radius"]["checks"]
+    assert outcome["disposition"] == "Converged"
+    assert "degraded" in outcome["detail"] and "1 of 2 nodes of partition small (50%)" in outcome["detail"]
+    assert outcome["blast_radius"]["would_block"] is False
+    assert outcome["blast_radius"]["refused_drains"] == ["node6"]
+    shares = {c["partition"]: (c["share"], c["would_block"]) for c in outcome["blast_radius"]["refused"]
               if c["limit"] == "maxDrainedShare"}
-    assert shares == {"debug": (round(1 / 6, 4), False), "small": (0.5, True)}
+    assert shares == {"small": (0.5, True)}
+    rows = {r.step: r for r in await h.store.actions_for(scenario.workload_of("41"), 0, 1)}
+    assert rows["drain_node:node6"].status.value == "skipped"
+    assert rows["drain_node:node6"].error.startswith("skipped: refused by a blast-radius limit: ")
+    assert [r.status.value for name, r in rows.items() if not name.startswith("drain_node")] == ["done"] * (len(rows) - 1)
 
 
 async def test_the_drained_share_is_evaluated_and_recorded_in_monitor_mode(make_harness: scenario.MakeHarness) -> None:
@@ -131,8 +138,10 @@ async def test_the_drained_share_is_evaluated_and_recorded_in_monitor_mode(make_
     assert h.scheduler.mutations == []
     [outcome] = await h.outcomes("41")
     assert outcome["disposition"] == "Monitored"
-    assert outcome["blast_radius"]["would_block"] is True
-    assert "partition small" in outcome["blast_radius"]["reason"]
+    assert outcome["blast_radius"]["would_block"] is False  # degraded: the requeue would still be carried out
+    assert outcome["blast_radius"]["refused_drains"] == ["node6"]
+    assert "partition small" in outcome["blast_radius"]["refused"][0]["reason"]
+    assert "the drains would be refused" in outcome["detail"]
 
 
 async def test_enough_nodes_left_counts_only_usable_nodes(make_harness: scenario.MakeHarness) -> None:
