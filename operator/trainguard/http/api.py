@@ -34,6 +34,7 @@ from trainguard import health as health_mod
 from trainguard.act import undrain
 from trainguard.http import app as http_app
 from trainguard.http import auth, login, models, openapi, sse
+from trainguard.http import breaker as breaker_routes
 from trainguard.http import pause as pause_routes
 from trainguard.model import actions, vocab
 from trainguard.observe import goodput
@@ -819,6 +820,7 @@ ROUTES: Final = (
     ("GET", "/events", events),
     ("GET", "/scorecard", get_scorecard),
     *pause_routes.ROUTES,
+    *breaker_routes.ROUTES,
 )
 
 

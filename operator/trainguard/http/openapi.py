@@ -122,6 +122,8 @@ def document() -> dict[str, Any]:
                                 "cluster switch and the runtime pause"),
         "/api/v1/actions/pause": _post(models.PauseRequest, "pause every recovery action (no restart; audited)", []),
         "/api/v1/actions/resume": _post(None, "clear the runtime pause (audited)", []),
+        "/api/v1/actions/breaker/reset": _post(models.PauseRequest, "close the blast-radius breaker an "
+                                               "administrator's cap opened (audited; the reason says why)", []),
         "/api/v1/health": _get(models.EngineHealth, "engine health: scheduler/store reachability, loop lag, leader"),
         "/api/v1/whoami": _get(models.WhoAmI, "the caller's identity and role"),
         "/api/v1/scorecard": _get(models.Scorecard, "Monitor-mode advice scored by what happened next, per-policy "
