@@ -580,16 +580,19 @@ class Engine:
         if change is not None:
             await self._record_not_ours(rt, job, attempt, change)
 
-    async def _not_ours(self, rt: WorkloadRuntime, attempt: int) -> whose.Change | None:
+    async def _not_ours(
+        self, rt: WorkloadRuntime, attempt: int
+    ) -> tuple[whose.Change | None, workloads.JobSnapshot]:
         """Somebody else's decision that ended ``attempt``, from a fresh read of the job and our own
-        action rows (``act.whose.ending``), recorded once; None when the workload's failure stands."""
-        if attempt in rt.not_ours:
-            return whose.Change(whose.PERSON, "recorded", "somebody else's decision, already recorded")
+        action rows (``act.whose.ending``), recorded once (None when the workload's failure stands);
+        and the fresh read."""
         job = await self._fresh_job(rt)
+        if attempt in rt.not_ours:
+            return whose.Change(whose.PERSON, "recorded", "somebody else's decision, already recorded"), job
         change = whose.ending(job, attempt, await self.store.actions_of(rt.workload))
         if change is not None:
             await self._record_not_ours(rt, job, attempt, change)
-        return change
+        return change, job
 
     async def _floor_attempt(
         self, job: workloads.JobSnapshot, history: ledger.WorkloadHistory
@@ -1030,7 +1033,7 @@ class Engine:
         attempt = rt.detector.attempt
         if await self._own_effect(rt, anomaly, attempt):
             return
-        change = await self._not_ours(rt, attempt)
+        change, _ = await self._not_ours(rt, attempt)
         if change is not None and own_actions.is_teardown(anomaly):
             return  # the teardown of somebody else's cancel, requeue or time limit: their decision, recorded
         now = self.clock.now()
@@ -1125,10 +1128,10 @@ class Engine:
         reads them again). Deferred decisions do not: lines read since may wait on them.
         """
         assert rt.spec is not None
-        if await self._not_ours(rt, attempt) is not None:
+        change, job = await self._not_ours(rt, attempt)
+        if change is not None:
             return None  # somebody else's decision ended the attempt meanwhile: recorded, never answered
         generation = rt.history.advice_generation + 1
-        job = rt.job  # read fresh by _not_ours
         now, history = self.clock.now(), rt.history
         partition_nodes = await self._partition_nodes(job.partition)
         own = await self.store.own_exclusions(rt.workload)
@@ -1265,8 +1268,11 @@ class Engine:
         return _source(name, evidence_model.SourceState.USED, findings=findings)
 
     async def _fresh_job(self, rt: WorkloadRuntime) -> workloads.JobSnapshot:
+        """A fresh read of the job for a decision (``rt.job`` when the scheduler cannot answer). It does
+        not replace ``rt.job``: that is discovery's view, and ``_update`` tells the job's transitions
+        (its end, a new attempt) from it; a read here must not hide them."""
         try:
-            rt.job = await self.scheduler.get_job(rt.job.job_id)
+            return await self.scheduler.get_job(rt.job.job_id)
         except base.SchedulerError as exc:
             logger.warning("cannot re-read job %s before deciding: %s", rt.job.job_id, exc)
         return rt.job

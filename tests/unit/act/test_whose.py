@@ -76,3 +76,10 @@ def test_the_payload_says_who_and_what() -> None:
     assert change is not None
     payload = change.payload(job(S.CANCELLED))
     assert payload["status"] == "not-ours" and payload["by"] == "person" and payload["change"] == "cancelled"
+
+
+def test_a_hold_or_suspend_that_is_not_ours_is_a_persons_and_ours_is_not() -> None:
+    suspended = job(S.PENDING, held=True, hold_reason="Suspended", hold_detail="suspended by someone else")
+    change = whose.ending(suspended, 0, [])
+    assert change is not None and (change.who, change.what) == ("person", "held")
+    assert whose.ending(suspended, 0, [row(actions.Operation.HOLD)]) is None

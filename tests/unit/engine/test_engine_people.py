@@ -99,3 +99,38 @@ async def test_a_failure_while_we_were_down_of_a_job_we_tracked_is_recovered(
     [advice] = await h.advice("10")
     assert advice["action"] == "requeue" and advice["exclusions"] == ["node2"]
     assert "requeue_hold" in h.mutations("10")
+
+
+async def test_a_kubernetes_object_deleted_before_it_finished_is_recorded_as_a_persons_deletion(
+        make_harness: scenario.MakeHarness) -> None:
+    h = await make_harness()
+    h.submit("11", incarnation="uid-1", exclusions_while_running=True)
+    await h.step()
+    del h.scheduler.jobs["11"]  # kubectl delete jobset
+    await h.step(1.0)
+
+    assert [(c["by"], c["change"]) for c in await not_ours(h, "11")] == [("person", "deleted")]
+    assert h.mutations() == []
+
+
+async def test_a_cancel_read_at_decision_time_before_discovery_still_ends_the_attempt(
+        make_harness: scenario.MakeHarness) -> None:
+    """The teardown lines are judged before discovery has listed the job as cancelled (a busy machine):
+    the fresh read made for that decision must not hide the job's end from discovery, or the attempt is
+    never closed and the workload never let go (seen on real Slurm)."""
+    h = await make_harness()
+    h.submit("12")
+    await h.step()
+    h.write("12", *scenario.ranked(0, "iteration 10"))
+    await h.step(1.0)
+    h.change("12", state=S.CANCELLED, exit_signal=15)
+    h.write("12", *CANCEL_LINES)
+    h.clock.advance(0.5)
+    await h.engine.tail()  # read before any listing shows the cancel
+    h.clock.advance(scenario.SETTLE_S + 0.5)
+    await h.engine.tail()
+    assert [c["change"] for c in await not_ours(h, "12")] == ["cancelled"]
+    await h.step(1.0)  # discovery sees it cancelled
+    assert h.runtime("12").finished_at is not None
+    await h.step(h.engine.settings.finished_grace_s + 1)
+    assert scenario.workload_of("12") not in h.engine.runtimes
