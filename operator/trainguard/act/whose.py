@@ -115,12 +115,12 @@ def interference(job: workloads.JobSnapshot, attempt: int, rows: Sequence[action
 
     Beyond ``ending``: a hold we did not place, and exclusions of ours that the job no longer shows.
     A restart count moved by our own requeue of this generation is ours (``rows``)."""
-    if job.held and not job.state.finished and not any(r.operation in _HOLDS and r.status in _MEANT for r in rows):
-        return Change(PERSON, "held", f"the job is held ({job.hold_reason or 'hold'}"
-                                      f"{': ' + job.hold_detail if job.hold_detail else ''}), not by Trainguard")
     change = ending(job, attempt, [*ours, *rows])
     if change is not None:
         return change
+    if job.held and not job.state.finished and not any(r.operation in _HOLDS and r.status in _MEANT for r in rows):
+        return Change(PERSON, "held", f"the job is held ({job.hold_reason or 'hold'}"
+                                      f"{': ' + job.hold_detail if job.hold_detail else ''}), not by Trainguard")
     set_by_us = {str(n) for r in rows if r.operation is Op.EXCLUDE_NODES and r.status is actions.ActionStatus.DONE
                  for n in r.args.get("excluded_nodes", [])}
     removed = sorted(set_by_us - set(job.excluded_nodes))

@@ -19,6 +19,9 @@ cluster, all of them at once (one thread each), through the product's outside co
 - ``monitor-restart``: the same stalled advice, then ``kill -9`` of the runner, and a new runner on the
   same database started with ``--mode monitor``: the cluster switch is off, so the pending Action
   generation is closed by the watchdog (reason: the switch is off) and Slurm is left exactly as it was.
+- ``requeued-in-flight``: the same stalled advice; meanwhile a person requeues the job their way
+  (``scontrol requeue``). When the scheduler answers again our recovery stops before its first step
+  (a change that is not ours: requeued by someone else): no second requeue, no exclusion of ours.
 - ``pause``: ``trainguard actions pause`` (the runtime pause, no restart) before the job fails: the Action
   advice is recorded and not carried out; the audit says actions are paused, and by whom.
 
@@ -54,7 +57,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 
 TIMEOUT = 360.0
 """One scenario's wait for a state, with six runners and their jobs sharing two cores."""
-SCENARIOS = ("scancel", "unwatched", "kept", "outage", "monitor-restart", "pause")
+SCENARIOS = ("scancel", "unwatched", "kept", "outage", "monitor-restart", "requeued-in-flight", "pause")
 BACKOFF_NO_LEMONS = harness.NO_LEMONS
 
 
@@ -250,6 +253,18 @@ def monitor_restart(s: Scenario, cluster: SlurmCluster, base: Path, workdir: Pat
     s.records["job"] = second.audit(job_id, timeout=TIMEOUT)
 
 
+def requeued_in_flight(s: Scenario, cluster: SlurmCluster, base: Path, workdir: Path) -> None:
+    runner, conf, _policy, job_id = _stalled_advice(s, cluster, base, workdir, "requeued-in-flight")
+    final(cluster, job_id)
+    # A person requeues it their way (held, to look at it first) while our recovery waits.
+    cluster.scontrol("requeuehold", job_id)
+    until("the person's requeue", lambda: int(cluster.show(job_id).get("Restarts", "0")) >= 1)
+    conf.up()
+    until("our generation closed", lambda: any(r["kind"] == "outcome" for r in db_records(runner, job_id)))
+    s.final["job"] = cluster.show(job_id)
+    s.records["job"] = runner.audit(job_id, timeout=TIMEOUT)
+
+
 def pause(s: Scenario, cluster: SlurmCluster, base: Path, workdir: Path) -> None:
     policy, name = harness.isolated_policy(base, spec=BACKOFF_NO_LEMONS)
     runner = harness.Trainguard(cluster, base / "runner", mode="action", policy=policy).start(TIMEOUT)
@@ -270,7 +285,7 @@ def pause(s: Scenario, cluster: SlurmCluster, base: Path, workdir: Path) -> None
 
 DRIVERS: dict[str, Callable[[Scenario, SlurmCluster, Path, Path], None]] = {
     "scancel": scancel, "unwatched": unwatched, "kept": kept, "outage": outage, "monitor-restart": monitor_restart,
-    "pause": pause,
+    "requeued-in-flight": requeued_in_flight, "pause": pause,
 }
 
 
@@ -367,6 +382,19 @@ def test_a_monitor_mode_restart_with_pending_action_advice_changes_nothing(
     assert not [r for r in harness.of_kind(records, "action") if r["payload"].get("status") in ("intent", "done")]
     reasons = watchdog_reasons(records)
     assert any("not carried out" in r and "cluster switch is off" in r for r in reasons), s.why(workdir)
+
+
+def test_a_persons_requeue_while_our_recovery_waits_stops_it(scenarios: dict[str, Scenario], workdir: Path) -> None:
+    s = scenarios["requeued-in-flight"]
+    check(s, workdir)
+    records, job = s.records["job"], s.final["job"]
+    assert job["Restarts"] == "1", s.why(workdir)  # theirs only: ours never ran
+    assert (job["JobState"], job["Reason"]) == ("PENDING", "JobHeldUser"), s.why(workdir)  # their hold stays
+    assert s.notes["bad_node"] not in expand_hostlist(job.get("ExcNodeList", "") or ""), s.why(workdir)
+    assert not [r for r in harness.of_kind(records, "action", 0) if r["payload"].get("status") in ("intent", "done")]
+    reasons = watchdog_reasons(records)
+    assert any("a change that is not ours" in r and "requeued by someone else" in r for r in reasons), s.why(workdir)
+    assert [c["change"] for c in not_ours(records)] == ["requeued"], s.why(workdir)
 
 
 def test_a_pause_stops_actions_without_a_restart_and_says_by_whom(
