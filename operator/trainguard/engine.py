@@ -812,6 +812,8 @@ class Engine:
                                             state=workloads.JobState.REQUEUED.value)
         if not first and job.attempt > previous.attempt and rt.spec is not None:
             await self._note_ending(rt, job, previous.attempt)  # a person's requeue is theirs
+        if not first and job.held and not previous.held and not job.state.finished and rt.spec is not None:
+            await self._note_ending(rt, job, job.attempt)  # a person's hold or suspend is theirs
         if not first and (job.state != previous.state or job.attempt != previous.attempt):
             await self.store.set_workload_state(rt.workload, job.state.value, at=now)
         if rt.detector is not None and rt.detector.attempt == job.attempt and job.nodes and job.nodes != previous.nodes:

@@ -76,6 +76,12 @@ def _ours(rows: Sequence[actions.ActionRecord], operations: frozenset[Op], attem
     return any(r.attempt == attempt and r.operation in operations and r.status in _MEANT for r in rows)
 
 
+def _held_by_us(ours: Sequence[actions.ActionRecord], attempt: int) -> bool:
+    """Whether a hold of ``attempt`` may be ours: a hold of it, or our requeue-hold of the attempt before
+    (it holds the next attempt: the restart count moves with the requeue)."""
+    return (_ours(ours, _HOLDS, attempt) or _ours(ours, frozenset({Op.REQUEUE_HOLD}), attempt - 1))
+
+
 def restarts_itself(job: workloads.JobSnapshot) -> bool:
     """Whether the workload restarts itself by design (a Kubernetes workload's restart policy): a
     moved restart count is then the workload's own, not a person's requeue."""
@@ -92,7 +98,7 @@ def ending(job: workloads.JobSnapshot, attempt: int, ours: Sequence[actions.Acti
                                           f"{job.attempt}, no requeue of ours)")
     if job.attempt < attempt:
         return None
-    if job.held and not job.state.finished and not _ours(ours, _HOLDS, attempt):
+    if job.held and not job.state.finished and not _held_by_us(ours, attempt):
         # a person's hold, or a Kubernetes workload a person suspended (its pods go: not a failure)
         return Change(PERSON, "held", f"the job is held ({job.hold_reason or 'hold'}"
                                       f"{': ' + job.hold_detail if job.hold_detail else ''}), not by Trainguard")

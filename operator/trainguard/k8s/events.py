@@ -44,6 +44,9 @@ POLICY_ACCEPTED: Final = "PolicyAccepted"
 """A RecoveryPolicy (generation N) was read and is in force."""
 POLICY_INVALID: Final = "PolicyInvalid"
 """A RecoveryPolicy was rejected; the message says which field and why."""
+LEFT_ALONE: Final = "LeftAlone"
+"""Somebody else's decision about the workload (a person's cancel, requeue, suspend or deletion, the
+scheduler's time limit) seen, recorded and not acted on (``act.whose``)."""
 NODE_CORDONED: Final = "NodeCordoned"
 """A Kubernetes node behind a suspect Slinky Slurm node was cordoned (Slinky then drains it)."""
 
@@ -99,6 +102,9 @@ def draft_for(kind: str, payload: Mapping[str, Any]) -> Draft | None:
         if payload.get("mode") == vocab.Mode.ACTION and action != vocab.AdviceAction.NONE:
             return Draft(NORMAL, RECOVERY_STARTED, f"carrying out {detail}")
         return Draft(NORMAL, ADVICE_RECORDED, f"recorded, not carried out ({payload.get('mode', '?')} mode): {detail}")
+    if kind == vocab.AuditKind.ACTION and payload.get("status") == "not-ours":
+        return Draft(NORMAL, LEFT_ALONE, f"{payload.get('detail', '?')} ({payload.get('by', '?')}'s decision): "
+                                         "recorded, not acted on")
     if kind == vocab.AuditKind.OUTCOME:
         disposition = payload.get("disposition")
         generation = payload.get("generation", "?")

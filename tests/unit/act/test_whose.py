@@ -83,3 +83,10 @@ def test_a_hold_or_suspend_that_is_not_ours_is_a_persons_and_ours_is_not() -> No
     change = whose.ending(suspended, 0, [])
     assert change is not None and (change.who, change.what) == ("person", "held")
     assert whose.ending(suspended, 0, [row(actions.Operation.HOLD)]) is None
+
+
+def test_the_next_attempt_held_by_our_requeue_hold_is_ours() -> None:
+    held = job(S.PENDING, attempt=1, held=True, hold_reason="JobHeldUser", hold_detail="job requeued in held state")
+    assert whose.ending(held, 1, [row(actions.Operation.REQUEUE_HOLD, attempt=0)]) is None
+    change = whose.ending(held, 1, [row(actions.Operation.REQUEUE, attempt=0)])
+    assert change is not None and change.what == "held"
