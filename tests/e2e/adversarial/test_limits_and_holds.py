@@ -8,7 +8,8 @@ contracts (``sbatch``/``scontrol``, ``trainguard audit --format json``):
   would-have-been requeue is in the window) and Slurm is left as it was.
 - ``maxDrainedShare`` is per partition: a test-owned partition of two nodes (created with
   ``scontrol create`` and deleted afterwards) holds the lemon node; draining it would be 25 % of
-  the cluster but 50 % of that partition, over a 30 % limit.
+  the cluster but 50 % of that partition, over a 30 % limit: the drain would be refused and the
+  requeue still carried out (degraded, not abandoned).
 - A person's hold is theirs: a job we requeue-held for a retry backoff is held again by a person
   (``scontrol hold``); after the backoff it stays held, and the audit says we left it alone.
 
@@ -174,11 +175,13 @@ def test_the_drained_share_is_per_partition(slurm_cluster: SlurmCluster, start: 
     assert advice["drain_nodes"] == [nodes[-1]], advice["reasons"]
     assert "DRAIN" not in node_states  # Monitor: nothing done
     limit = blocked["blast_radius"]
-    shares = {c["partition"]: (c["partition_nodes"], c["share"], c["would_block"]) for c in limit["checks"]
+    # Degraded, not abandoned: the drain would be refused, the requeue still carried out.
+    assert limit["would_block"] is False and limit["refused_drains"] == [nodes[-1]]
+    shares = {c["partition"]: (c["partition_nodes"], c["share"], c["would_block"]) for c in limit["refused"]
               if c["limit"] == "maxDrainedShare"}
-    assert shares == {"debug": (len(slurm_cluster.nodes), round(1 / len(slurm_cluster.nodes), 4), False),
-                      small: (2, 0.5, True)}
-    assert limit["would_block"] is True and f"partition {small} (50%)" in limit["reason"]
+    assert shares == {small: (2, 0.5, True)}
+    assert f"partition {small} (50%)" in limit["refused"][0]["reason"]
+    assert "the drains would be refused" in blocked["detail"]
 
 
 def test_a_person_hold_on_a_job_we_requeue_held_stays(
