@@ -406,8 +406,9 @@ def test_a_pause_stops_actions_without_a_restart_and_says_by_whom(
     [advice] = harness.of_kind(records, "advice", 0)
     assert advice["payload"]["action"] == "requeue" and advice["payload"]["mode"] == "Action"
     assert any("actions are paused by oncall: rack 12 maintenance" in r for r in watchdog_reasons(records))
-    assert s.notes["status"] == {"paused": True, "reason": "rack 12 maintenance", "by": "oncall",
-                                 "since": s.notes["status"]["since"]}
+    status = s.notes["status"]
+    assert isinstance(status, dict), status
+    assert (status["paused"], status["reason"], status["by"]) == (True, "rack 12 maintenance", "oncall"), status
 
 
 # ------------------------------------------------------------------ alone: a node a person took out of service
