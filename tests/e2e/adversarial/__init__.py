@@ -18,6 +18,12 @@ matters, a real PostgreSQL or kube-apiserver), through the product's outside con
 - ``test_own_actions``: the teardown our own requeue causes is not a new failure; a real kill -9 is.
 - ``test_routing``: jobs routed to the most specific policy, exit-code rules, a hung job that cannot
   be requeued is stopped, our drains resumed and a person's never.
+- ``test_people``: people's decisions are never undone: a user's ``scancel``, endings nobody watched
+  (fresh database) and a tracked job failing while we were down (kept one), a scheduler outage in the
+  middle of a recovery, a ``--mode monitor`` restart with Action advice pending, a person's requeue
+  while our recovery waits, the runtime pause, a node a person took out of service.
+- ``test_hostile_regex``: a job's comment regexes run in linear time (RE2); another job's failure is
+  still handled in time.
 
 A new class of real-world surprise gets its own module here, with a test that fails on the code
 before the fix. The promises these tests prove are listed in ``docs/safety.md``.
