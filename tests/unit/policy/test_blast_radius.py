@@ -94,3 +94,46 @@ def test_a_node_of_no_known_partition_blocks_drains_only() -> None:
     report = _evaluate(_spec(), _advice(drain=["elsewhere"]))
     assert report.reason == "blast radius: partition of elsewhere unknown, no node may be drained"
     assert _evaluate(_spec(), _advice(), nodes=[]).reason is None
+
+
+def _decide(spec: model.RecoveryPolicySpec, item: advice.Advice, *, caps: limits.AdminCaps | None = None,
+            recent: list[tuple[float, str]] | None = None, ours: tuple[str, ...] = ()) -> limits.LimitReport:
+    return blast_radius.decide(spec, advice=item, recent_actions=recent or [], nodes=NODES, drained_by_us=ours,
+                               now=NOW, counted="test", caps=caps)
+
+
+def test_a_refused_drain_degrades_to_the_requeue_and_records_the_refusal() -> None:
+    report = _decide(_spec(share=0.3), _advice(drain=["s0"]))  # s0 is 1 of 2 nodes of ``small``: 50 % > 30 %
+    assert report.reason is None and report.refused_drains == ["s0"]
+    assert [c.limit for c in report.checks] == ["maxActionsPerHour"]  # the figures of what is carried out
+    assert [(c.partition, c.would_block) for c in report.refused] == [("small", True)]
+    assert report.payload()["refused_drains"] == ["s0"]
+
+
+def test_no_degrade_when_the_requeue_itself_is_refused() -> None:
+    report = _decide(_spec(per_hour=1), _advice(drain=["n0"]), recent=[(NOW - 5, "requeue")])
+    assert report.reason is not None and report.refused_drains == []
+
+
+def test_an_administrators_cap_is_above_a_lenient_policy_and_never_degrades() -> None:
+    caps = limits.AdminCaps(actions_per_hour=3, nodes_out=1, nodes_out_share=0.5)
+    spec = _spec(per_hour=10000, share=1.0)
+    recent = [(NOW - 5, "requeue")] * 3
+    report = _decide(spec, _advice(), caps=caps, recent=recent)
+    assert report.breaker_reason == ("blast radius: 3 operations in the last hour + 1 planned > "
+                                     "cluster cap max-actions-per-hour 3")
+    drained = _decide(spec, _advice(drain=["n1"]), caps=caps, ours=("n0",))
+    assert drained.refused_drains == [] and drained.breaker_reason is not None  # the breaker opens: no degrade
+    assert "2 nodes out of service by us > cluster cap max-nodes-out 1" in drained.breaker_reason
+    assert drained.payload()["breaker"] == drained.breaker_reason
+
+
+def test_the_cap_on_the_share_counts_the_cluster_and_each_partition() -> None:
+    caps = limits.AdminCaps(nodes_out_share=0.5)
+    spec = _spec(share=1.0)
+    small = _decide(spec, _advice(drain=["s1"]), caps=caps, ours=("s0",))  # 2 of 10 nodes, but 2 of 2 of small
+    assert small.breaker_reason is not None and "partition small (100%)" in small.breaker_reason
+    allowed = _decide(spec, _advice(drain=["n1"]), caps=caps, ours=("n0", "n2", "n3"))  # 4 of 10
+    assert allowed.reason is None
+    cluster = _decide(spec, _advice(drain=["n4", "n5"]), caps=caps, ours=("n0", "n1", "n2", "n3"))  # 6 of 10
+    assert cluster.breaker_reason is not None and "nodes of the cluster (60%)" in cluster.breaker_reason
