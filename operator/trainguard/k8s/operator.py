@@ -120,6 +120,10 @@ class OperatorConfig:
     """Bearer tokens of the HTTP API (``http.auth``); other tokens are reviewed by Kubernetes
     (``k8s/review.py``: TokenReview + SubjectAccessReview on our CRDs)."""
     poll_s: float = settings_mod.EngineSettings.discovery_interval_s
+    max_actions_per_hour: int | None = settings_mod.EngineSettings.max_actions_per_hour
+    """The administrator's caps above every policy (``settings.EngineSettings``, ``policy.blast_radius``)."""
+    max_nodes_out: int | None = settings_mod.EngineSettings.max_nodes_out
+    max_nodes_out_share: float | None = settings_mod.EngineSettings.max_nodes_out_share
     status_interval_s: float = 2.0
     """Seconds between two reconcile rounds of WorkloadRecovery objects (each round lists them once)."""
     retention_s: float = 3600.0
@@ -548,7 +552,10 @@ class Shell:
                 opened.append(factory.open_scheduler(spec, env=env, jwt=config.jwt, fallback=fallback))
         self.scheduler = opened[0] if len(opened) == 1 else composite.CompositeScheduler(opened)
         engine_settings = settings_mod.EngineSettings(discovery_interval_s=config.poll_s,
-                                                      allow_action=config.allow_action)
+                                                      allow_action=config.allow_action,
+                                                      max_actions_per_hour=config.max_actions_per_hour,
+                                                      max_nodes_out=config.max_nodes_out,
+                                                      max_nodes_out_share=config.max_nodes_out_share)
         context = audit.AuditContext(policy_version="kubernetes", catalog_version=catalog.version,
                                      settings_fingerprint=engine_settings.fingerprint())
         self.store = await database.open_store(config.db_url, context=context)
