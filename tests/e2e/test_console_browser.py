@@ -355,3 +355,43 @@ def test_read_only_user_backtests_a_changed_policy(runner: tuple[harness.Traingu
         assert not errors, errors
     finally:
         context.close()
+
+
+def test_write_user_pauses_and_resumes_every_action(runner: tuple[harness.Trainguard, str], chromium: Any,
+                                                    artifacts_dir: Path) -> None:
+    """The runtime pause from the console's bar: a write user pauses every action (the console asks why),
+    the bar then says who paused and why, the API agrees, a read-only user sees the bar without the
+    button; resumed the same way. Both changes are in the audit log under the user's name."""
+    tg, _ = runner
+    url = tg.http_url
+    writer = chromium.new_context(viewport={"width": 1400, "height": 900})
+    reader = chromium.new_context(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    try:
+        page = _login(writer, url, WRITE_TOKEN, errors)
+        page.locator("#pausebar[data-paused=false] #pause-actions").wait_for()
+        page.once("dialog", lambda dialog: dialog.accept("rack 12 maintenance"))
+        page.locator("#pause-actions").click()
+        page.locator("#pausebar[data-paused=true]").wait_for()
+        text = page.locator("#pausebar").inner_text()
+        assert "Actions paused" in text and "rack 12 maintenance" in text and "token:" in text, text
+        state = _api(url, READ_TOKEN, "/api/v1/actions")
+        assert (state["paused"], state["acting"], state["reason"]) == (True, False, "rack 12 maintenance"), state
+        page.screenshot(path=str(artifacts_dir / "actions-paused.png"), full_page=True)
+
+        other = _login(reader, url, READ_TOKEN, errors)
+        other.locator("#pausebar[data-paused=true]").wait_for()
+        assert other.locator("#resume-actions").count() == 0, "a read-only user cannot resume"
+
+        page.locator("#resume-actions").click()
+        page.locator("#pausebar[data-paused=false]").wait_for()
+        assert _api(url, READ_TOKEN, "/api/v1/actions")["acting"] is True
+        assert not errors, errors
+    finally:
+        writer.close()
+        reader.close()
+        _post_api(url, WRITE_TOKEN, "/api/v1/actions/resume", {})  # the module's runner acts again
+    changes = [r["payload"] for r in _api(url, WRITE_TOKEN, "/api/v1/audit?kind=action&order=asc&limit=500")["items"]
+               if r["payload"].get("control") == "actions-paused"]
+    assert [c["operation"] for c in changes][:2] == ["pause", "resume-actions"], changes
+    assert all(c["by"].startswith("token:") for c in changes[:2]), changes
