@@ -165,3 +165,47 @@ def test_an_administrators_cap_opens_the_breaker_until_a_person_resets_it(
     trail = [r["payload"] for r in runner.audit() if r["kind"] == "action"]
     operations = [p.get("operation") for p in trail if p.get("control") == "actions-breaker"]
     assert operations == ["breaker-open", "breaker-reset"], trail
+
+
+def test_a_drain_the_limit_refuses_still_leaves_the_requeue_done(
+    slurm_cluster: SlurmCluster, start: Start, tmp_path: Path,
+) -> None:
+    """A job of a test partition of two nodes fails twice on the same node: the second time that node is
+    a lemon to drain, 50 % of the partition, over the policy's 30 %. The drain is refused and recorded;
+    the requeue the job needed is carried out (before, the whole advice was abandoned)."""
+    from tests.e2e.adversarial import test_limits_and_holds as limits_e2e
+
+    spec = ("  actions: {allowed: [requeue, stop, drainNode]}\n"
+            "  exclusion: {lemonNodeThreshold: 1, drainLemonNodes: true}\n"
+            "  retries: {maxAttemptsWithoutCheckpoint: 10, backoff: {initialSeconds: 0}}\n"
+            "  blastRadius: {maxActionsPerHour: 100, maxDrainedShare: 0.3}\n")
+    runner = start(spec)
+    nodes = slurm_cluster.nodes[-2:]
+    with limits_e2e.partition(slurm_cluster, nodes) as small:
+        job_id = limits_e2e.submit(slurm_cluster, tmp_path / "jobs", runner.policy_name,  # type: ignore[attr-defined]
+                                   nodes=2, partition=small)
+        try:
+            def degraded(records: list[dict[str, Any]]) -> bool:
+                return any(r["kind"] == "outcome" and r["payload"].get("blast_radius", {}).get("refused_drains")
+                           for r in records)
+
+            records = harness.wait_audit(runner, job_id, degraded, timeout=TIMEOUT, what="a degraded outcome")
+            job = slurm_cluster.show(job_id)
+        finally:
+            harness.cancel_if_active(slurm_cluster, job_id)
+        node_state = slurm_cluster.scontrol("-o", "show", "node", nodes[-1])
+
+    [outcome] = [r for r in records if r["kind"] == "outcome" and r["payload"].get("blast_radius", {}).get(
+        "refused_drains")]
+    payload = outcome["payload"]
+    assert payload["disposition"] == "Converged" and "degraded" in payload["detail"], payload
+    assert payload["blast_radius"]["refused_drains"] == [nodes[-1]]
+    assert f"partition {small} (50%)" in payload["blast_radius"]["refused"][0]["reason"]
+    steps = {r["payload"]["step"]: r["payload"] for r in harness.of_kind(records, "action", outcome["attempt"])
+             if r["payload"].get("generation") == payload["generation"]}
+    drain = steps[f"drain_node:{nodes[-1]}"]
+    assert drain["status"] == "skipped" and drain["error"].startswith("skipped: refused by a blast-radius limit")
+    requeued = [p for name, p in steps.items() if name.startswith("requeue") and p["status"] == "done"]
+    assert requeued, steps
+    assert int(job["Restarts"]) > outcome["attempt"]  # the requeue of the degraded advice happened
+    assert "DRAIN" not in node_state
