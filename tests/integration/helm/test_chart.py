@@ -28,7 +28,7 @@ CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 KUBE_VERSION = "1.36.0"
 RELEASE = "tg"
 NAMESPACE = "trainguard-system"
-ROLE_SCOPES = {"": "cluster", "-served": "served", "-slinky": "slinky", "-lease": "workload"}
+ROLE_SCOPES = {"": "cluster", "-served": "served", "-slinky": "slinky", "-workload": "workload"}
 """Name suffix of each generated role -> the permission table's scope (templates/rbac.yaml)."""
 ENV_NOT_SETTINGS = {"HOME": "slurm-ssh: asyncssh reads the key and known_hosts from ~/.ssh"}
 """Variables the chart sets that no setting reads, with what reads them."""
@@ -138,9 +138,10 @@ def test_roles_are_bound_where_their_scope_says(path: Path, rendered: dict[str, 
         expected |= {("RoleBinding", ns, f"{fullname}-served") for ns in served}
     if values["slinky"]["enabled"]:
         expected.add(("RoleBinding", values["slinky"]["namespace"], f"{fullname}-slinky"))
-    if int(values["replicaCount"]) > 1:
-        expected.add(("RoleBinding", workload_ns, f"{fullname}-lease"))
-        assert [(r["metadata"]["namespace"]) for r in by_kind(objects, "Role")] == [workload_ns]
+    # the operator's own namespace: always the trainguard-control ConfigMap (the runtime pause), and the
+    # Lease when replicaCount > 1
+    expected.add(("RoleBinding", workload_ns, f"{fullname}-workload"))
+    assert [(r["metadata"]["namespace"]) for r in by_kind(objects, "Role")] == [workload_ns]
     assert bindings == expected
     for binding in by_kind(objects, "ClusterRoleBinding") + by_kind(objects, "RoleBinding"):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": fullname, "namespace": NAMESPACE}]
