@@ -185,6 +185,8 @@ class ActionsState(_Model):
     reason: str = Field(description="why actions are paused (empty when not)")
     by: str = Field(description="who set or cleared the pause last")
     since: datetime.datetime | None = Field(description="when the pause was last set or cleared")
+    breaker: str = Field("", description="why the blast-radius breaker stops every action (empty when closed; "
+                                         "a person resets it: POST /api/v1/actions/breaker/reset)")
 
 
 class PauseRequest(_Model):

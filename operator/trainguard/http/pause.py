@@ -21,11 +21,14 @@ from trainguard.http import auth, models
 from trainguard.store import audit
 
 
-def view(allow_action: bool, record: audit.ControlRecord | None) -> models.ActionsState:
-    """The pause as the API shows it, with the cluster switch of this process."""
+def view(allow_action: bool, record: audit.ControlRecord | None,
+         breaker: audit.ControlRecord | None = None) -> models.ActionsState:
+    """The pause as the API shows it, with the cluster switch of this process and the breaker."""
     reason = switch.pause_reason(record)
+    tripped = switch.breaker_reason(breaker)
     return models.ActionsState(
-        acting=allow_action and reason is None, switch=allow_action, paused=reason is not None,
+        acting=allow_action and reason is None and tripped is None, switch=allow_action,
+        paused=reason is not None, breaker=tripped or "",
         reason=str(record.value.get("reason", "")) if record is not None and reason is not None else "",
         by=record.updated_by if record is not None else "",
         since=datetime.datetime.fromtimestamp(record.updated_at, datetime.UTC) if record is not None else None)
@@ -36,7 +39,8 @@ async def get_actions(request: web.Request) -> web.Response:
 
     state = request.app[api.STATE]
     api._params(request, ())
-    return api._json(view(state.allow_action, await state.store().control(switch.PAUSE)))
+    store = state.store()
+    return api._json(view(state.allow_action, await store.control(switch.PAUSE), await store.control(switch.BREAKER)))
 
 
 async def _set(request: web.Request, paused: bool, reason: str) -> web.Response:

@@ -19,6 +19,10 @@ function render(el, state) {
       ` by ${state.by || "someone"}: ${state.reason}. No recovery changes the scheduler; detection and advice go on.`,
       canWrite() ? h("button", { type: "button", class: "small", id: "resume-actions", onclick: () => change(el, false) },
         "Resume actions") : null);
+  } else if (state.breaker) {
+    el.className = "pausebar paused";
+    clear(el, h("strong", {}, "Breaker open"), `: ${state.breaker}. No recovery changes the scheduler until a person `,
+      "resets it (trainguard actions reset-breaker, or POST /api/v1/actions/breaker/reset).");
   } else if (!state.switch) {
     el.className = "pausebar monitor";
     clear(el, "Cluster switch off (--mode monitor): every recommendation is recorded, nothing is acted on.");
@@ -62,7 +66,7 @@ export function mount(el, writer, onLive) {
   refresh(el);
   onLive((ev) => {
     const payload = ev.data && ev.data.payload;
-    if (payload && payload.control === "actions-paused") refresh(el);
+    if (payload && (payload.control === "actions-paused" || payload.control === "actions-breaker")) refresh(el);
   });
   setInterval(() => refresh(el), 30000);
 }
