@@ -26,7 +26,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
-from trainguard.cli import config
+from trainguard.cli import common
 
 if TYPE_CHECKING:
     from trainguard.store import audit
@@ -52,13 +52,7 @@ def add_parser(sub: Any) -> None:
                              "(what it stopped stays closed). Audited.")
     reset.add_argument("--reason", required=True, help="why it is safe again (recorded in the audit log)")
     for verb in (pause, resume, status, reset):
-        verb.add_argument("--config", default=None, metavar="FILE",
-                          help="YAML file of settings (as for trainguard run/operator)")
-        verb.add_argument("--db", dest="db_url", default=None, metavar="URL",
-                          help="audit database URL (env TRAINGUARD_DB_URL; default: SQLite in --home)")
-        verb.add_argument("--db-file", dest="db_url_file", default=None, metavar="FILE",
-                          help="file holding the audit database URL (env TRAINGUARD_DB_URL_FILE)")
-        verb.add_argument("--home", default=None, metavar="DIR", help="state folder (env TRAINGUARD_HOME)")
+        common.add_settings_database_arguments(verb)
     for verb in (pause, resume, reset):
         verb.add_argument("--by", default=None, metavar="NAME",
                           help="who is recorded as having set it (default: USER@HOST of this shell)")
@@ -76,14 +70,10 @@ def _who(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    flags = {name: getattr(args, name) for name in ("config", "db_url", "db_url_file", "home")
-             if getattr(args, name) is not None}
-    try:
-        settings = config.load(config.Settings, flags)
-    except config.ConfigError as exc:
-        print(f"trainguard actions: {exc}", file=sys.stderr)
+    url = common.settings_database_url(args, "actions")
+    if url is None:
         return 2
-    return asyncio.run(_run(args, settings.database_url()))
+    return asyncio.run(_run(args, url))
 
 
 async def _run(args: argparse.Namespace, url: str) -> int:

@@ -83,3 +83,32 @@ def timestamp(text: str) -> datetime.datetime:
         raise argparse.ArgumentTypeError(
             f"expected an ISO 8601 time such as 2026-11-29T16:00:00Z, got {text!r}") from None
     return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
+
+
+SETTINGS_DATABASE_FLAGS = ("config", "db_url", "db_url_file", "home")
+"""The flags of ``add_settings_database_arguments``, as the names ``cli.config.Settings`` knows them."""
+
+
+def add_settings_database_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config``, ``--db``, ``--db-file``, ``--home``: the audit database found exactly as ``run`` and
+    ``operator`` find it (flag, then TRAINGUARD_DB_URL / TRAINGUARD_DB_URL_FILE / TRAINGUARD_HOME, then the
+    config file), for the commands that write to it (``db upgrade``, ``actions``)."""
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="YAML file of settings (as for trainguard run/operator)")
+    parser.add_argument("--db", dest="db_url", default=None, metavar="URL",
+                        help="audit database URL (env TRAINGUARD_DB_URL; default: SQLite in --home)")
+    parser.add_argument("--db-file", dest="db_url_file", default=None, metavar="FILE",
+                        help="file holding the audit database URL (env TRAINGUARD_DB_URL_FILE)")
+    parser.add_argument("--home", default=None, metavar="DIR", help="state folder (env TRAINGUARD_HOME)")
+
+
+def settings_database_url(args: argparse.Namespace, command: str) -> str | None:
+    """The database URL those arguments name, or None after a one-line error on stderr (exit code 2)."""
+    from trainguard.cli import config  # here: the settings model is heavy for the light commands
+
+    flags = {name: getattr(args, name) for name in SETTINGS_DATABASE_FLAGS if getattr(args, name) is not None}
+    try:
+        return config.load(config.Settings, flags).database_url()
+    except config.ConfigError as exc:
+        error(command, str(exc))
+        return None

@@ -15,7 +15,7 @@ import asyncio
 import sys
 from typing import Any
 
-from trainguard.cli import config
+from trainguard.cli import common
 
 
 def add_parser(sub: Any) -> None:
@@ -25,25 +25,15 @@ def add_parser(sub: Any) -> None:
     upgrade = actions.add_parser("upgrade", help="migrate the audit database to this release's schema and exit",
                                  description="Apply the Alembic migrations up to this release's head (a no-op on "
                                  "a current database) and print the revision.")
-    upgrade.add_argument("--config", type=str, default=None, metavar="FILE",
-                         help="YAML file of settings (as for trainguard run/operator)")
-    upgrade.add_argument("--db", dest="db_url", default=None, metavar="URL",
-                         help="audit database URL (env TRAINGUARD_DB_URL; default: SQLite in --home)")
-    upgrade.add_argument("--db-file", dest="db_url_file", default=None, metavar="FILE",
-                         help="file holding the audit database URL (env TRAINGUARD_DB_URL_FILE)")
-    upgrade.add_argument("--home", default=None, metavar="DIR", help="state folder (env TRAINGUARD_HOME)")
+    common.add_settings_database_arguments(upgrade)
     upgrade.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    flags = {name: getattr(args, name) for name in ("config", "db_url", "db_url_file", "home")
-             if getattr(args, name) is not None}
-    try:
-        settings = config.load(config.Settings, flags)
-    except config.ConfigError as exc:
-        print(f"trainguard db upgrade: {exc}", file=sys.stderr)
+    url = common.settings_database_url(args, "db upgrade")
+    if url is None:
         return 2
-    return asyncio.run(_upgrade(settings.database_url()))
+    return asyncio.run(_upgrade(url))
 
 
 async def _upgrade(url: str) -> int:
