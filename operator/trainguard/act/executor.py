@@ -138,7 +138,7 @@ class Executor:
             except actions.FencedError:
                 raise
             except Exception as exc:  # scheduler errors and anything unexpected: fall back, never leave it held
-                if self._is_store_outage(exc) or await self._scheduler_down(job_id):
+                if self._is_store_outage(exc) or isinstance(exc, _ReadFailed) or await self._scheduler_down(job_id):
                     return self._stall(item, f"{type(exc).__name__}: {exc}")
                 logger.exception("executor failed on %s generation %d", item.workload, item.generation)
                 return await self.watchdog.abandon(item, f"executor error: {type(exc).__name__}: {exc}")
@@ -185,10 +185,15 @@ class Executor:
         return vocab.Disposition.PENDING
 
     async def _observe(self, item: advice.Advice, job_id: str) -> steps.Observation:
-        job = await self._scheduler.get_job(job_id)
-        if not item.drain_nodes:
-            return steps.Observation(job)
-        return steps.Observation(job, {n.name: n for n in await self._scheduler.list_nodes()})
+        try:
+            job = await self._scheduler.get_job(job_id)
+            if not item.drain_nodes:
+                return steps.Observation(job)
+            return steps.Observation(job, {n.name: n for n in await self._scheduler.list_nodes()})
+        except Exception as exc:
+            if self._scheduler_outage is not None and self._scheduler_outage(exc):
+                raise _ReadFailed(exc) from exc
+            raise
 
     async def _close(self, item: advice.Advice, disposition: vocab.Disposition, detail: str,
                      report: limits.LimitReport | None = None) -> vocab.Disposition:
@@ -374,6 +379,10 @@ class Executor:
         try:
             await step.run(self._scheduler)
         except Exception as exc:
+            if await self._scheduler_down(step.job_id):
+                # Not a refusal: the scheduler cannot even be read. The intent row stays; the resume
+                # re-reads the job and runs the step only if it did not take effect (exactly once).
+                raise _ReadFailed(exc) from exc
             error = f"{type(exc).__name__}: {exc}"
             await self._finish(item, step, actions.ActionStatus.FAILED, error)
             return f"step {step.name} failed: {error}"
@@ -401,6 +410,15 @@ def _refused_drains(plan: list[steps.Step], report: limits.LimitReport | None) -
 
 def _refusal(report: limits.LimitReport | None) -> str:
     return next((c.reason for c in report.refused), "") if report is not None else ""
+
+
+class _ReadFailed(Exception):
+    """A read of the scheduler (the job, its nodes) failed with an error the engine calls an outage: the
+    generation waits for the scheduler (``Executor._stall``); a read is never a refusal of a step. (A
+    failed step is told apart by a second read, ``_scheduler_down``: that one may be refused.)"""
+
+    def __str__(self) -> str:
+        return str(self.__cause__ or self.args[0])
 
 
 LEFT_NODE_ALONE = "left alone: a person manages the node"

@@ -389,12 +389,13 @@ def test_a_persons_requeue_while_our_recovery_waits_stops_it(scenarios: dict[str
     check(s, workdir)
     records, job = s.records["job"], s.final["job"]
     assert job["Restarts"] == "1", s.why(workdir)  # theirs only: ours never ran
-    assert (job["JobState"], job["Reason"]) == ("PENDING", "JobHeldUser"), s.why(workdir)  # their hold stays
+    assert (job["JobState"], job["Priority"]) == ("PENDING", "0"), s.why(workdir)  # their hold stays
     assert s.notes["bad_node"] not in expand_hostlist(job.get("ExcNodeList", "") or ""), s.why(workdir)
     assert not [r for r in harness.of_kind(records, "action", 0) if r["payload"].get("status") in ("intent", "done")]
     reasons = watchdog_reasons(records)
     assert any("a change that is not ours" in r and "requeued by someone else" in r for r in reasons), s.why(workdir)
-    assert [c["change"] for c in not_ours(records)] == ["requeued"], s.why(workdir)
+    # attempt 0 requeued by them, and attempt 1 held by them: both theirs, both on record
+    assert [(c["change"]) for c in not_ours(records)] == ["requeued", "held"], s.why(workdir)
 
 
 def test_a_pause_stops_actions_without_a_restart_and_says_by_whom(

@@ -134,3 +134,48 @@ async def test_a_store_outage_mid_recovery_leaves_it_pending_with_each_step_done
     assert ops(scheduler) == ["requeue_hold"] and scheduler.jobs[JOB_ID].held  # our hold stands meanwhile
     assert await ex.reconcile(item) is vocab.Disposition.CONVERGED
     assert ops(scheduler) == ["requeue_hold", "exclude_nodes", "release"]  # nothing done twice
+
+
+async def test_a_step_cut_off_by_an_outage_stays_pending_and_runs_once_when_it_ends(
+        scheduler, store, manual_clock, advise):
+    down = base.SchedulerError("Unable to contact slurm controller (connect failure)")
+    ex = executor.Executor(scheduler, store, manual_clock,
+                           scheduler_outage=lambda exc: isinstance(exc, base.SchedulerError))
+    item = advise(REQUEUE, exclude_nodes=["node2"])
+    original = scheduler.exclude_nodes
+
+    async def exclude_while_down(job_id: str, nodes: list[str]) -> None:
+        scheduler.fail["get_job"] = down  # the controller goes away as we call it
+        raise down
+
+    scheduler.exclude_nodes = exclude_while_down  # type: ignore[method-assign]
+    assert await ex.reconcile(item) is vocab.Disposition.PENDING
+    rows = {r.step: r for r in await store.actions_for(WORKLOAD, 0, 1)}
+    assert rows["exclude_nodes"].status is actions.ActionStatus.INTENT and scheduler.jobs[JOB_ID].held
+    scheduler.exclude_nodes = original  # type: ignore[method-assign]
+    del scheduler.fail["get_job"]
+    assert await ex.reconcile(item) is vocab.Disposition.CONVERGED
+    assert ops(scheduler) == ["requeue_hold", "exclude_nodes", "release"]
+
+
+async def test_a_read_that_fails_once_as_the_scheduler_comes_back_is_waited_out_not_abandoned(
+        scheduler, store, manual_clock, advise):
+    """Seen on real Slurm: the first read after an outage fails, the next one (the probe) answers. A read
+    is never a refusal: the generation waits instead of being abandoned."""
+    ex = executor.Executor(scheduler, store, manual_clock,
+                           scheduler_outage=lambda exc: isinstance(exc, base.SchedulerError))
+    original = scheduler.get_job
+    calls = {"n": 0}
+
+    async def flapping(job_id: str) -> workloads.JobSnapshot:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise base.SchedulerError("slurm_load_jobs error: Unable to contact slurm controller (connect failure)")
+        return await original(job_id)
+
+    scheduler.get_job = flapping  # type: ignore[method-assign]
+    item = advise(REQUEUE, exclude_nodes=["node2"])
+    assert await ex.reconcile(item) is vocab.Disposition.PENDING
+    assert await store.get_outcome(WORKLOAD, 0, 1) is None
+    assert await ex.reconcile(item) is vocab.Disposition.CONVERGED
+    assert ops(scheduler) == ["requeue_hold", "exclude_nodes", "release"]
