@@ -256,7 +256,7 @@ class Executor:
             elif refused:
                 detail += f"; the drains would be refused: {_refusal(report)}"
             return await self._close(item, vocab.Disposition.MONITORED, detail, report)
-        stop = await self._stop_reason(item, seen.job)
+        stop, _ = await self._stop_reason(item, job_id)
         if stop:
             return await self.watchdog.abandon(item, stop)
         report = None
@@ -304,20 +304,24 @@ class Executor:
                       "person resets it (trainguard actions reset-breaker)")
         return await self._close(item, vocab.Disposition.ABANDONED, detail, report)
 
-    async def _stop_reason(self, item: advice.Advice, job: workloads.JobSnapshot,
-                           step: steps.Step | None = None) -> str:
+    async def _stop_reason(self, item: advice.Advice, job_id: str,
+                           step: steps.Step | None = None) -> tuple[str, steps.Observation]:
         """Why this Action generation must stop before ``step`` (or before its first step): a key is
-        off (``act.switch``), or somebody else changed the job meanwhile (``act.whose``); "" to go on."""
+        off (``act.switch``), or somebody else changed the job meanwhile (``act.whose``); "" to go on.
+        Also the fresh read of the job it judged, taken last (after the store's answers), so that the
+        caller decides whether the step is in effect, and runs it, on a read as fresh as before these
+        checks existed: a workload's own restart landing meanwhile must be seen, never repeated."""
         where = f"before step {step.name}" if step is not None else "before its first step"
         blocked = await self.switch.blocked()
-        if blocked:
-            return f"{SWITCHED_OFF} ({where}): {blocked}"
         rows = await self._ledger.actions_for(item.workload, item.attempt, item.generation)
         ours = await self._ledger.actions_of(item.workload)
-        change = whose.interference(job, item.attempt, rows, ours)
+        seen = await self._observe(item, job_id)
+        if blocked:
+            return f"{SWITCHED_OFF} ({where}): {blocked}", seen
+        change = whose.interference(seen.job, item.attempt, rows, ours)
         if change is not None:
-            return f"{PERSONS_CHANGE} ({where}): {change}"
-        return ""
+            return f"{PERSONS_CHANGE} ({where}): {change}", seen
+        return "", seen
 
     async def _skip_or_finish(self, item: advice.Advice, step: steps.Step, row: actions.ActionRecord | None,
                               why: str) -> None:
@@ -344,8 +348,7 @@ class Executor:
             return f"step {step.name} failed earlier: {row.error}"
         if self._expired(item):
             return f"deadline passed before step {step.name}"
-        seen = await self._observe(item, step.job_id)
-        stop = await self._stop_reason(item, seen.job, step)
+        stop, seen = await self._stop_reason(item, step.job_id, step)
         if stop:
             return stop
         if step.operation is actions.Operation.DRAIN_NODE and (theirs := _managed_by_a_person(step, seen)):
