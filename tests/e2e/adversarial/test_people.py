@@ -261,7 +261,10 @@ def requeued_in_flight(s: Scenario, cluster: SlurmCluster, base: Path, workdir: 
     until("the person's requeue", lambda: int(cluster.show(job_id).get("Restarts", "0")) >= 1)
     conf.up()
     until("our generation closed", lambda: any(r["kind"] == "outcome" for r in db_records(runner, job_id)))
-    s.final["job"] = cluster.show(job_id)
+    # Slurm shows REQUEUE_HOLD while the old attempt's teardown completes, then PENDING with the hold
+    s.final["job"] = until("the job pending, held", lambda: (j := cluster.show(job_id)).get("JobState") == "PENDING"
+                           and j, timeout=120)
+    until("the person's records", lambda: len(not_ours(db_records(runner, job_id))) >= 2, timeout=120)
     s.records["job"] = runner.audit(job_id, timeout=TIMEOUT)
 
 
