@@ -570,29 +570,27 @@ class Engine:
         await self._notify(rt, vocab.AuditKind.ACTION, payload)
         logger.info("%s attempt %d: %s; recorded, not acted on", rt.workload, attempt, change)
 
-    async def _note_ending(self, rt: WorkloadRuntime, job: workloads.JobSnapshot, attempt: int) -> None:
-        """Discovery saw ``attempt`` end or be replaced: record it when it was somebody else's decision
-        (``act.whose``), whether or not its output shows anything, so the console and the Events say who
-        ended it; the decision gate (``_not_ours``) then answers it with nothing."""
+    async def _note_ending(self, rt: WorkloadRuntime, job: workloads.JobSnapshot,
+                           attempt: int) -> whose.Change | None:
+        """Record, once, when ``attempt`` was ended or replaced by somebody else's decision (``act.whose``),
+        judged from ``job`` and our own action rows; returns that decision (None: the workload's failure
+        stands). Discovery calls it on every ending, whether or not the output shows anything, so the
+        console and the Events say who ended it; the decision gate (``_not_ours``) calls it too."""
         if attempt in rt.not_ours:
-            return
+            return _ALREADY_RECORDED
         change = whose.ending(job, attempt, await self.store.actions_of(rt.workload))
         if change is not None:
             await self._record_not_ours(rt, job, attempt, change)
+        return change
 
     async def _not_ours(
         self, rt: WorkloadRuntime, attempt: int
     ) -> tuple[whose.Change | None, workloads.JobSnapshot]:
-        """Somebody else's decision that ended ``attempt``, from a fresh read of the job and our own
-        action rows (``act.whose.ending``), recorded once (None when the workload's failure stands);
-        and the fresh read."""
-        job = await self._fresh_job(rt)
+        """``_note_ending`` on a fresh read of the job, and that read (no read once recorded)."""
         if attempt in rt.not_ours:
-            return whose.Change(whose.PERSON, "recorded", "somebody else's decision, already recorded"), job
-        change = whose.ending(job, attempt, await self.store.actions_of(rt.workload))
-        if change is not None:
-            await self._record_not_ours(rt, job, attempt, change)
-        return change, job
+            return _ALREADY_RECORDED, rt.job
+        job = await self._fresh_job(rt)
+        return await self._note_ending(rt, job, attempt), job
 
     async def _floor_attempt(
         self, job: workloads.JobSnapshot, history: ledger.WorkloadHistory
@@ -1387,6 +1385,10 @@ _STRENGTH = {
     vocab.Attribution.UNKNOWN.value: 0,
     vocab.Attribution.NONE.value: -1,
 }
+
+
+_ALREADY_RECORDED = whose.Change(whose.PERSON, "recorded", "somebody else's decision, already recorded")
+"""What ``Engine._note_ending`` answers for an attempt whose change is on record already."""
 
 
 def usable_partition_nodes(nodes: Sequence[workloads.NodeSnapshot], partition: str) -> int | None:
