@@ -26,6 +26,7 @@ import contextlib
 import enum
 import functools
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -213,6 +214,10 @@ class Engine:
         """Threads for output-file I/O: a hung NFS/Lustre read never blocks the event loop."""
         self.started_at = clock_.now()
         """When this engine started: an attempt that started later was watched from its start."""
+        self.started_second = math.floor(self.started_at)
+        """``started_at`` to the whole second, as schedulers give start and end times (Slurm truncates
+        them): a job that ended or started in the second we started is compared with this, or one
+        submitted a moment after we started would read as ended before we watched it."""
         self.metrics = metrics_mod.EngineMetrics.shared(self.health.metrics.registry)
         """Prometheus metrics, on the health model's registry (served at /metrics by the shells)."""
         if self.metrics not in store.observers:
@@ -550,7 +555,7 @@ class Engine:
         if not job.state.finished:
             return False
         if job.ended_at is not None:
-            return job.ended_at < self.started_at
+            return job.ended_at < self.started_second
         return not self._discovered
 
     async def _record_unwatched(self, rt: WorkloadRuntime, job: workloads.JobSnapshot) -> None:
@@ -983,7 +988,7 @@ class Engine:
     def _first_run_watched(self, job: workloads.JobSnapshot) -> bool:
         """The job's first run (attempt 0) started while this engine was running: its output file
         holds nothing of an earlier attempt of the job."""
-        return job.attempt == 0 and job.started_at is not None and job.started_at >= self.started_at
+        return job.attempt == 0 and job.started_at is not None and job.started_at >= self.started_second
 
     async def _place_at_attempt_start(self, rt: WorkloadRuntime, job: workloads.JobSnapshot) -> None:
         """The attempt runs, first seen waiting: its output starts where the files ended before it started.

@@ -74,6 +74,34 @@ async def test_a_failure_that_ended_before_we_ever_watched_is_recorded_not_acted
     assert [c["change"] for c in await not_ours(h, "9")] == ["ended-unwatched"]
 
 
+async def test_a_failure_in_the_second_we_started_was_watched_and_one_a_second_earlier_was_not(
+        make_harness: scenario.MakeHarness) -> None:
+    """Slurm gives end times in whole seconds: a job submitted just after we started and failed at once
+    ends "before" our fractional start time. The comparison is to the second (seen on the real cluster:
+    a job submitted right after ``trainguard run`` was ready was recorded as ended unwatched)."""
+    h = await make_harness()
+    h.clock.advance(0.7)
+    fresh = h.new_engine()
+    h.submit("12", state=S.FAILED, exit_code=1, started_at=scenario.START, ended_at=scenario.START)
+    h.write("12", *scenario.ranked(1, scenario.XID_79))
+    h.submit("13", state=S.FAILED, exit_code=1, started_at=scenario.START - 1, ended_at=scenario.START - 1)
+    h.write("13", *scenario.ranked(1, scenario.XID_79))
+    await fresh.discover()
+    await fresh.tail()
+    h.clock.advance(scenario.SETTLE_S + 0.5)
+    await fresh.discover()
+    await fresh.tail()
+    for rt in fresh.runtimes.values():
+        if rt.task is not None:
+            await rt.task
+
+    [advice] = await h.advice("12")
+    assert advice["action"] == "requeue"
+    assert await not_ours(h, "12") == []
+    assert await h.advice("13") == []
+    assert [c["change"] for c in await not_ours(h, "13")] == ["ended-unwatched"]
+
+
 async def test_a_failure_while_we_were_down_of_a_job_we_tracked_is_recovered(
         make_harness: scenario.MakeHarness) -> None:
     h = await make_harness()
