@@ -15,7 +15,9 @@
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
 # TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_MYSQL=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_IMAGE=1 / TG_SKIP_HELM=1 skip those
 # tiers (TG_SKIP_SIM_CLUSTER=1 only the simulated-cluster tests); TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
-# gates (for quick local loops only; CI never sets it).
+# gates (for quick local loops only; CI never sets it). TG_TEST_WORKERS=N (default 3) runs pytest in N
+# pytest-xdist workers, each with its own services; TG_TEST_SLOT=S shifts every worker's services
+# to slots S, S+1, ... (another run beside this one: tests/support/workers.py).
 set -euo pipefail
 TG_SCRIPT_NAME="test"
 # shellcheck source=hack/lib/common.sh
@@ -47,6 +49,10 @@ if [ "${TG_SKIP_HELM:-0}" != 1 ]; then
 fi
 
 # ------------------------------------------------------------------ virtualenv
+# Under a lock: .ci/run starts a second hack/test.sh (the Slurm 24.11 tier) beside the first.
+mkdir -p "$TG_REPO_ROOT/.local"
+exec 8>"$TG_REPO_ROOT/.local/venv.lock"
+flock 8
 tg_ensure_venv "$VENV"
 
 # ------------------------------------------------------------------ container image build
@@ -73,6 +79,7 @@ if [ "${TG_REINSTALL:-0}" = 1 ] || [ ! -s "$stamp" ] || [ "$(cat "$stamp")" != "
     tg_die "pip install -e '.[dev,workloads]' failed"
   echo "$want" > "$stamp"
 fi
+flock -u 8
 
 # ------------------------------------------------------------------ gates
 gate() {   # gate NAME COMMAND...: run it; on failure say which gate failed and stop
@@ -104,8 +111,7 @@ cleanup_service() {   # cleanup_service SCRIPT STATE_DIR
   tg_log "stopping a service pytest started and left running: $script"
   "$script" down >/dev/null 2>&1 || tg_log "WARNING: $script down failed"
 }
-on_exit() {
-  [ "${TG_KEEP_CLUSTER:-0}" = 1 ] && return 0
+stop_left_behind() {   # the services of one slot, its variables exported (tests/support/workers.py)
   cleanup_service hack/local-slurm.sh "${TG_SLURM_DIR:-$TG_REPO_ROOT/.local/slurm${TG_SLURM_ROOT:+-root}}"
   cleanup_service hack/local-postgres.sh "${TG_PG_DIR:-$TG_REPO_ROOT/.local/postgres}"
   # MySQL/MariaDB audit-store backend (hack/local-mysql.sh; the fixture installs and starts it)
@@ -118,6 +124,14 @@ on_exit() {
       TG_ETCD_PEER_PORT=$(( ${TG_SIM_PORT_BASE:-20250} + 32 )) \
       cleanup_service hack/local-kube.sh "${TG_SIM_KUBE_DIR:-$TG_REPO_ROOT/.local/kube-sim}"
   fi
+}
+on_exit() {
+  [ "${TG_KEEP_CLUSTER:-0}" = 1 ] && return 0
+  local i slot_env
+  for (( i = 0; i < 5; i++ )); do   # up to 5 workers per run (tests/support/workers.py)
+    slot_env=$("$PY" -m tests.support.workers env $(( ${TG_TEST_SLOT:-0} + i ))) || continue
+    ( eval "$slot_env"; stop_left_behind )
+  done
 }
 trap on_exit EXIT
 
@@ -181,11 +195,24 @@ if [ -n "$HELM_BUILD_PID" ]; then
 fi
 
 # ------------------------------------------------------------------ tests
-tg_log "pytest $*"
+# Several pytest-xdist workers, each with its own services (tests/support/workers.py: state
+# directories and ports by slot) and whole files at a time (tests/support/schedule.py): the tests
+# wait on Slurm, the apiserver and Chromium far more than they compute. TG_TEST_WORKERS=1 runs
+# them in one process; an explicit -n wins.
+WORKERS=${TG_TEST_WORKERS:-3}
+[[ $WORKERS =~ ^[1-5]$ ]] || tg_die "TG_TEST_WORKERS=$WORKERS: give a number of workers from 1 to 5"
+xdist=()
+if [ "$WORKERS" -gt 1 ]; then
+  xdist=(-n "$WORKERS")
+  for a in "$@"; do
+    case $a in -n|-n[0-9]*|--numprocesses*|--dist*|-pno:xdist|no:xdist) xdist=() ;; esac
+  done
+fi
+tg_log "pytest ${xdist[*]} $*"
 # One run, no automatic re-run of failed tests: a test that fails under load is a defect to fix
 # (wait on conditions, never on time), not noise to retry away.
 rc=0
-"$VENV/bin/pytest" "$@" || rc=$?
+"$VENV/bin/pytest" "${xdist[@]}" "$@" || rc=$?
 case $rc in
   0) tg_log "all tests passed" ;;
   5) tg_die "pytest collected no tests (arguments: ${*:-none}): a selection that matches nothing is an error" ;;

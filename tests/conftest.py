@@ -13,6 +13,8 @@ import os
 
 import pytest
 
+from tests.support import workers
+
 pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.kube_cluster",
                   "tests.support.mysql",
                   "tests.support.victorialogs",
@@ -27,7 +29,26 @@ SKIP_SWITCHES = {
 """Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each process that runs tests gets its slot's services (tests/support/workers.py); the
+    pytest-xdist controller runs none, and its workers must inherit its environment unshifted."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    workers.assign_once()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from tests.support import schedule
+
+    return schedule.ByFileAndService(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the longest groups first (tests/support/schedule.py)
+        from tests.support import schedule
+
+        items.sort(key=lambda item: schedule.rank(item.nodeid))
     for marker, variable in SKIP_SWITCHES.items():
         if os.environ.get(variable) != "1":
             continue
