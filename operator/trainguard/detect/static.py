@@ -16,31 +16,42 @@ Decisions a reader should know:
   run got past it (a caught exception in a retry loop, an elastic restart that resumed); the
   file is ``healthy``. The errors stay visible in the text output as context.
 * Straggler: line timestamps are used when most progress lines carry one; otherwise each
-  series' sample index stands in for time (windows of ``INDEX_WINDOW`` samples).
+  series' sample index stands in for time (``detect.drops``).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TypeAlias
 
-from trainguard.detect import first_cause, hosts, progress, sanitize, straggler, stream
+from trainguard.detect import (
+    drops,
+    first_cause,
+    hosts,
+    postmortem,
+    postmortem_reading,
+    progress,
+    reading,
+    refine,
+    sanitize,
+    straggler,
+    stream,
+)
 from trainguard.detect import matcher as matchers
 from trainguard.model import anomalies, signals, vocab
 
-MAX_LINE_BYTES = 1024 * 1024
-"""Longest raw line read whole; longer lines keep their head and tail (the cleaner caps them again)."""
+_Block = reading.Block
+BLOCK_BYTES = reading.BLOCK_BYTES
+MAX_LINE_BYTES = reading.MAX_LINE_BYTES
+cut_line = reading.cut_line
+read_blocks = reading.read_blocks
+read_lines = reading.read_lines
+
 RECOVERED_AFTER = 5
 """Progress lines after the last error that show the run survived it."""
-INDEX_WINDOW = 5
-"""Without timestamps: a drop must last this many samples ..."""
-INDEX_BASELINE = 20
-"""... against the median of up to this many samples before it."""
-TIMESTAMPED_SHARE = 0.8
-"""Share of progress lines with a timestamp needed to use time rather than sample index."""
 
 
 @dataclass
@@ -79,9 +90,6 @@ MAX_HITS_PER_PATTERN = 1_000
 and the lagging-rank analysis read; a log repeating one warning a million times stays bounded."""
 
 
-BLOCK_BYTES = 4 * 1024 * 1024
-"""Bytes read at once by ``analyze``: large enough that the block scan's call overhead vanishes,
-small enough that memory stays flat (a block, its lines and the matcher's hits)."""
 _DIRTY = re.compile(rb"[^\t\x20-\x7e]")
 """A byte that ``sanitize.clean_line`` would decode, strip or replace; lines without one are text as is."""
 _ROOT_START = "Root Cause (first observed failure)"
@@ -100,8 +108,8 @@ _SAMPLE_CHARS = 500
 and timestamp (the first 64 characters)."""
 
 
-def _sample(path: str, pending: _Pending) -> _Sample:
-    """The straggler sample of one progress line with a rate, as ``_find_drop`` reads it."""
+def _sample(path: str, pending: _Pending) -> drops.Sample:
+    """The straggler sample of one progress line with a rate, as ``drops.find_drop`` reads it."""
     lineno, line, label, node, rate = pending
     text = line.decode("ascii") if isinstance(line, bytes) else line
     rank = int(label) if isinstance(label, bytes) else label
@@ -117,7 +125,7 @@ def _sample(path: str, pending: _Pending) -> _Sample:
         severity=vocab.Severity.INFO,
     )
     key = f"rank:{rank}" if rank is not None else (f"node:{node}" if node else None)
-    return _Sample(key, straggler.line_shape(text), item.at, rate, item)
+    return drops.Sample(key, straggler.line_shape(text), item.at, rate, item)
 
 
 _TIMES: dict[str, float | None] = {}
@@ -202,112 +210,7 @@ class _State:
     hits: dict[str, int] = field(default_factory=dict)
     ranks_seen: set[int] = field(default_factory=set)
     progress_since_error: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Block:
-    """Whole lines of a file as read by ``read_blocks``.
-
-    ``data`` holds complete lines separated by newlines (the last one may lack its newline at
-    the end of the file), or, when ``overlong``, one line already cut to head + tail exactly as
-    ``read_lines`` cuts it. ``consumed``: bytes of the file this block stands for.
-    """
-
-    data: bytes
-    consumed: int
-    overlong: bool = False
-
-    def lines(self) -> list[bytes]:
-        if self.overlong:
-            return [self.data]
-        parts = self.data.split(b"\n")
-        if not parts[-1]:
-            parts.pop()  # the newline that ends the block, not an empty line
-        return parts
-
-
-def read_blocks(
-    handle: BinaryIO, block_bytes: int = BLOCK_BYTES, max_line_bytes: int = MAX_LINE_BYTES
-) -> Iterator[_Block]:
-    """The file as blocks of whole lines, about ``block_bytes`` each, in bounded memory.
-
-    A line still without its newline after more than ``max(block_bytes, max_line_bytes)``
-    bytes is read on to its end keeping only its head and tail (``_overlong``), so a multi-GB
-    line never sits in memory. Shorter over-long lines stay in the block; ``cut_line`` cuts them.
-    """
-    limit = max(block_bytes, max_line_bytes)
-    pending = b""
-    while True:
-        data = handle.read(block_bytes)
-        if not data:
-            if pending:
-                yield _Block(pending, len(pending))
-            return
-        pending += data
-        cut = pending.rfind(b"\n")
-        if cut < 0:
-            if len(pending) > limit:
-                block, pending = _overlong(pending, handle, max_line_bytes)
-                yield block
-            continue
-        yield _Block(pending[: cut + 1], cut + 1)
-        pending = pending[cut + 1 :]
-
-
-def cut_line(raw: bytes, *, newline: bool, max_line_bytes: int = MAX_LINE_BYTES) -> bytes:
-    """A line (its newline excluded) as ``read_lines`` yields it: head + `` ... `` + tail when over-long."""
-    if len(raw) < max_line_bytes:
-        return raw
-    return raw[:max_line_bytes] + b" ... " + (raw[max_line_bytes:] + (b"\n" if newline else b""))[-max_line_bytes:]
-
-
-def _overlong(head: bytes, handle: BinaryIO, max_line_bytes: int) -> tuple[_Block, bytes]:
-    """An over-long line starting ``head`` (no newline yet): read to its end keeping only its last bytes.
-
-    Returns the line, already cut as ``read_lines`` cuts it, and what was read after its newline.
-    """
-    consumed = len(head)
-    tail = head[max_line_bytes:][-max_line_bytes:]
-    while True:
-        more = handle.read(max_line_bytes)
-        if not more:
-            return _Block(head[:max_line_bytes] + b" ... " + tail, consumed, overlong=True), b""
-        newline = more.find(b"\n")
-        if newline >= 0:
-            tail = (tail + more[: newline + 1])[-max_line_bytes:]
-            consumed += newline + 1
-            return _Block(head[:max_line_bytes] + b" ... " + tail, consumed, overlong=True), more[newline + 1 :]
-        tail = (tail + more)[-max_line_bytes:]
-        consumed += len(more)
-
-
-@dataclass(frozen=True, slots=True)
-class _Sample:
-    key: str | None
-    group: str
-    at: float | None
-    rate: float
-    evidence: anomalies.Evidence
-
-
-def read_lines(handle: BinaryIO, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
-    """Raw lines of a binary stream, each at most ~``max_line_bytes`` (head + tail of longer ones)."""
-    while True:
-        chunk = handle.readline(max_line_bytes)
-        if not chunk:
-            return
-        if chunk.endswith(b"\n") or len(chunk) < max_line_bytes:
-            yield chunk
-            continue
-        tail = b""
-        while True:  # an over-long line: skip its middle, keep the last block read
-            more = handle.readline(max_line_bytes)
-            if not more:
-                break
-            tail = (tail + more)[-max_line_bytes:]
-            if more.endswith(b"\n"):
-                break
-        yield chunk + b" ... " + tail
+    post: postmortem.Collector = field(default_factory=postmortem.Collector)
 
 
 class FileAnalyzer:
@@ -338,6 +241,7 @@ class FileAnalyzer:
         trouble = _trouble_database() if candidates is not None and self._settings.progress_regex is None else None
         read = 0
         for block in read_blocks(handle, self._block_bytes):
+            first_line = state.lineno + 1
             starts = candidates(block.data) if candidates is not None and not block.overlong else None
             if starts is not None and trouble is not None:
                 self._scan_block(state, block.data, starts, matchers.line_starts(trouble, block.data))
@@ -347,6 +251,7 @@ class FileAnalyzer:
                     state.lineno += 1
                     line_start, offset = offset, offset + len(raw) + 1
                     self._line(state, block, raw, line_start, offset, starts=starts)
+            postmortem_reading.block(state.post, block, first_line)
             read += block.consumed
             if on_progress is not None:
                 on_progress(read)
@@ -424,6 +329,7 @@ class FileAnalyzer:
             where = raw.find(b"iteration")
             if where >= 0 and megatron(raw, where) is not None:
                 state.progress_since_error += 1
+                state.post.recent_progress.append((lineno, raw))
                 ms = megatron_ms(raw)
                 if ms is None:
                     continue
@@ -446,6 +352,7 @@ class FileAnalyzer:
                 if parsed is None:
                     continue
                 state.progress_since_error += 1
+                state.post.recent_progress.append((lineno, text))
                 if parsed.rate is not None:
                     state.skipped += 1
                     if state.skipped >= state.stride:
@@ -469,6 +376,7 @@ class FileAnalyzer:
             text = sanitize.clean_line(raw)
             if text:
                 self._feed(state, text, None)
+            postmortem_reading.line(state.post, state.lineno, raw, text)
         return self._finish(state)
 
     def _feed(self, state: _State, text: str, ids: list[str] | None) -> None:
@@ -503,6 +411,7 @@ class FileAnalyzer:
         if parsed is None:
             return
         state.progress_since_error += 1
+        state.post.recent_progress.append((lineno, text))
         if parsed.rate is not None:
             state.skipped += 1
             if state.skipped >= state.stride:
@@ -516,22 +425,50 @@ class FileAnalyzer:
         cause = first_cause.find_first_cause(
             evidence, hints=self._hints, root_cause=root, node_of=rank_map.node_of, ranks_seen=state.ranks_seen
         )
+        post = state.post
+        post.finish()
         if cause is not None and progress_since_error < RECOVERED_AFTER:
+            verdict = refine.crash(
+                refine.Crash(
+                    cause.symptom,
+                    cause.category,
+                    cause.attribution,
+                    cause.evidence,
+                    f"first cause at line {cause.evidence[0].line}",
+                ),
+                post,
+            )
             return Result(
                 path,
-                cause.symptom,
-                cause.category,
-                cause.attribution,
-                cause.evidence,
+                verdict.symptom,
+                verdict.category,
+                verdict.attribution,
+                verdict.evidence,
                 cause.suspect_nodes,
                 cause.suspect_ranks,
                 lines=lineno,
-                summary=f"first cause at line {cause.evidence[0].line}",
+                summary=verdict.summary,
             )
         context = cause.evidence if cause is not None else [e for e in evidence if e.severity != vocab.Severity.INFO]
-        drop = self._find_drop(samples)
-        if drop is not None:
-            anomaly = stream.straggler_anomaly(drop, drop.since, rank_map)
+        silence = postmortem.silence(post)
+        if silence is not None:
+            return Result(
+                path,
+                vocab.Symptom.HANG,
+                vocab.Category.PROGRESS_STALLED,
+                vocab.Attribution.UNKNOWN,
+                silence.evidence,
+                context=context,
+                lines=lineno,
+                summary=silence.summary,
+            )
+        drop = drops.find_drop(samples, self._settings)
+        anomaly = stream.straggler_anomaly(drop, drop.since, rank_map) if drop is not None else None
+        if anomaly is None and post.stragglers:
+            anomaly = post.stragglers[0]
+            nodes = [node for rank in anomaly.suspect_ranks if (node := rank_map.node_of(rank)) is not None]
+            anomaly = anomaly.model_copy(update={"suspect_nodes": list(dict.fromkeys(nodes))})
+        if anomaly is not None:
             return Result(
                 path,
                 vocab.Symptom.STRAGGLER,
@@ -552,53 +489,8 @@ class FileAnalyzer:
             vocab.Attribution.NONE,
             context=context,
             lines=lineno,
-            summary=summary,
+            summary="; ".join(part for part in (summary, postmortem.no_clock_note(post)) if part),
         )
-
-    def _find_drop(self, samples: list[_Sample]) -> straggler.Drop | None:
-        if not samples:
-            return None
-        timed = sum(1 for s in samples if s.at is not None) >= TIMESTAMPED_SHARE * len(samples)
-        if timed:
-            window, baseline = self._settings.throughput_window_s, self._settings.baseline_window_s
-        else:
-            window, baseline = float(INDEX_WINDOW - 1), float(INDEX_BASELINE)
-        fraction = self._settings.throughput_drop_fraction
-        by_key: dict[str | None, list[_Sample]] = {}
-        for sample in samples:
-            by_key.setdefault(sample.key, []).append(sample)
-        ranked_keys = [k for k in by_key if k is not None]
-        if len(ranked_keys) >= straggler.MIN_PEERS:
-            peers = straggler.PeerComparison(fraction, window)
-            ordinal: dict[tuple[str, str], int] = {}
-            last_check: float | None = None
-            for sample in samples:
-                if sample.key is None or (timed and sample.at is None):
-                    continue
-                series = (sample.group, sample.key)
-                ordinal[series] = ordinal.get(series, 0) + 1
-                at = sample.at if timed and sample.at is not None else float(ordinal[series])
-                peers.add(sample.key, at, sample.rate, sample.evidence, group=sample.group)
-                if last_check is not None and at - last_check < window / 10:
-                    continue
-                last_check = at
-                found = peers.stragglers(at)
-                if found:
-                    return found[0]
-        by_series: dict[tuple[str | None, str], list[_Sample]] = {}
-        for sample in samples:
-            by_series.setdefault((sample.key, sample.group), []).append(sample)
-        main_series = max(by_series, key=lambda k: len(by_series[k]))
-        tracker = straggler.ThroughputTracker(fraction, window, baseline)
-        for index, sample in enumerate(by_series[main_series]):
-            if timed and sample.at is None:
-                continue
-            at = sample.at if timed and sample.at is not None else float(index)
-            tracker.add(at, sample.rate, sample.evidence)
-            job_drop = tracker.drop(at)
-            if job_drop is not None:
-                return job_drop
-        return None
 
 
 def _with_node(item: anomalies.Evidence, rank_map: hosts.RankMap) -> anomalies.Evidence:
