@@ -4,12 +4,14 @@ Contract (docs/cli.md; checked by users' scripts, keep it stable): with ``--form
 object per line per input, in argument order, keys ``path``, ``symptom``, ``category``,
 ``attribution``, ``evidence`` (``{line, text, pattern}``, initiating line first), ``suspect_nodes``,
 ``suspect_ranks``, and ``input`` (``ok`` | ``empty`` | ``binary`` | ``unreadable``, see
-``detect.inputs``). ``-`` reads standard input.
+``detect.inputs``); nothing else (tests hold the key set). What was measured (a silence, a slow
+rank's figures) or why the log alone cannot tell is the text format's second line. ``-`` reads
+standard input.
 
-An input that is not a readable text log is reported as such, never as a plain ``healthy``: its
-object says ``input`` (the verdict fields hold only what could be found in it: nothing for an
-empty, unreadable or compressed input), one line on stderr says why, the other inputs are still
-processed, and the exit code is 1. Exit 0: every input was read as text. Exit 2: a problem with
+An input that is not a readable text log is reported as such, never as ``healthy``: nothing (or
+not everything) was read, so where no failure was found its ``symptom`` and ``attribution`` are
+``unknown`` (docs/safety.md); its object says ``input``, one line on stderr says why, the other
+inputs are still processed, and the exit code is 1. Exit 0: every input was read as text. Exit 2: a problem with
 the command line or a ``--patterns-file`` (one line on stderr; nothing was read).
 """
 
@@ -28,6 +30,9 @@ from trainguard.cli import common, progressbar
 from trainguard.detect import inputs, matcher, static, stream
 from trainguard.model import vocab
 
+UNKNOWN = "unknown"
+"""The symptom of an input that is not a text log and showed no failure: nothing (or not all of it)
+could be read, so "healthy" would be a verdict on what was never looked at."""
 MAX_EVIDENCE = 20
 """Evidence lines per file in the output (initiating first); the rest are counted, not shown."""
 
@@ -92,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json":
             document = result.to_json(args.max_evidence) if result else _nothing(path).to_json(0)
             document["input"] = sniffed.kind.value
+            if sniffed.kind != inputs.Kind.OK and document["symptom"] == vocab.Symptom.HEALTHY.value:
+                document["symptom"] = document["attribution"] = UNKNOWN
             print(json.dumps(document, ensure_ascii=False), flush=True)
         elif result is None:
             print(f"{path}: not analysed ({sniffed.kind.value} input)", flush=True)
@@ -135,7 +142,8 @@ def _nothing(path: str) -> static.Result:
 
 
 def _text(result: static.Result, max_evidence: int, kind: inputs.Kind = inputs.Kind.OK) -> str:
-    head = f"{result.path}: {result.symptom.value}"
+    symptom = UNKNOWN if kind != inputs.Kind.OK and result.symptom == vocab.Symptom.HEALTHY else result.symptom.value
+    head = f"{result.path}: {symptom}"
     if result.symptom.value != "healthy":
         head += f" ({result.category.value}, attribution {result.attribution.value})"
     if result.suspect_nodes or result.suspect_ranks:
