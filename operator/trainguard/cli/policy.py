@@ -1,4 +1,5 @@
-"""`trainguard policy validate FILE...`: check RecoveryPolicy files offline, before they reach Git or a cluster.
+"""`trainguard policy validate FILE...` (or ``policy lint``): check RecoveryPolicy files offline, before they
+reach Git or a cluster.
 
 Shell over ``policy.loader`` (the loader ``trainguard run --policy`` uses, so a file that passes
 here loads there) and ``policy.lint`` (contradictions the schema cannot see, e.g.
@@ -33,9 +34,17 @@ def add_parser(sub: Any) -> None:
         description="Work with RecoveryPolicy files without a cluster.",
     )
     actions = parser.add_subparsers(dest="policy_command", metavar="ACTION")
+    for name in ("validate", "lint"):
+        _add_validate(actions, name)
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def _add_validate(actions: Any, name: str) -> None:
+    """``validate`` and its other name ``lint`` (what a policy linter is usually called): one command."""
     validate = actions.add_parser(
-        "validate",
-        help="validate RecoveryPolicy YAML files and warn about contradictions",
+        name,
+        help="validate RecoveryPolicy YAML files and warn about contradictions"
+        + (" (the same as validate)" if name != "validate" else ""),
         description="Load each file with the same loader as 'trainguard run --policy' and report, per file, "
         "whether it is valid, which policies it defines, and settings that contradict each other "
         "(e.g. drainLemonNodes on but drainNode not allowed).",
@@ -44,11 +53,10 @@ def add_parser(sub: Any) -> None:
     )
     validate.add_argument("files", nargs="+", type=Path, metavar="FILE",
                           help="RecoveryPolicy YAML file (one or many documents)")
-    validate.add_argument("--format", choices=("text", "json"), default="text",
-                          help="text: one line per file and per warning (default); json: one object per file")
+    common.add_format_argument(validate, json_help="one object per file", text_help="one line per file and per "
+                               "warning")
     validate.add_argument("--strict", action="store_true", help="exit 1 when any policy has a warning")
     validate.set_defaults(func=run_validate)
-    parser.set_defaults(func=lambda args: _usage(parser))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

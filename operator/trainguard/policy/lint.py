@@ -18,7 +18,10 @@ Checks (each finding names the field, in the camelCase the YAML uses):
 * ``exclusion.excludeOnHardware`` with ``maxExcludedNodesPerJob`` 0: nothing is ever excluded;
 * ``detection.hangTimeout`` not longer than ``detection.settle``: a hang would be declared
   before the crash cascade that explains it has been read;
-* ``mode: Action`` with ``blastRadius.maxActionsPerHour`` 0: every action is blocked.
+* ``mode: Action`` with ``blastRadius.maxActionsPerHour`` 0: every action is blocked;
+* ``blastRadius.maxDrainedShare: 1.0`` with ``maxActionsPerHour`` of ``HIGH_ACTIONS_PER_HOUR`` or more:
+  both limits are as good as off, so a run of wrong verdicts (a flapping switch, a bad pattern) can
+  drain a whole partition within the hour before anyone looks.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from trainguard.model import vocab
 from trainguard.policy import durations, model
 
 _OPERATIONS = frozenset(str(name) for name in model.ActionName)
+
+HIGH_ACTIONS_PER_HOUR = 100
+"""``maxActionsPerHour`` from which, with ``maxDrainedShare`` 1.0, the blast-radius limits no longer
+limit: five times the default (20), and the administrators' own default cap (``--max-actions-per-hour``)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,15 @@ def contradictions(policy: model.RecoveryPolicy) -> list[Finding]:
             f"({durations.format_seconds(detection.hang_timeout)}) is not longer than detection.settle "
             f"({durations.format_seconds(detection.settle)}): a hang would be declared before the crash lines "
             "that explain it are read",
+        ))
+    blast = spec.blast_radius
+    if blast.max_drained_share >= 1.0 and blast.max_actions_per_hour >= HIGH_ACTIONS_PER_HOUR:
+        found.append(Finding(
+            "spec.blastRadius.maxDrainedShare",
+            f"is {blast.max_drained_share:g} with maxActionsPerHour {blast.max_actions_per_hour}: the blast-radius "
+            "limits do not limit, and a run of wrong verdicts can drain a whole partition within the hour "
+            f"(keep maxDrainedShare well below 1, e.g. the default 0.1, or maxActionsPerHour below "
+            f"{HIGH_ACTIONS_PER_HOUR})",
         ))
     if spec.mode == vocab.Mode.ACTION and spec.blast_radius.max_actions_per_hour == 0:
         found.append(Finding(

@@ -5,7 +5,8 @@ Place in the loop: read once at start (and on change) by the engine/CLI; the res
 (``kind: RecoveryPolicy`` with ``metadata``/``spec``, exactly what ``kubectl apply`` takes) or a
 bare spec. A bare spec is named by ``selector.policyName``, else ``default``. Every problem is a
 ``PolicyError`` whose message names the document and the field path (``spec.retries.maxRetries``),
-never a traceback.
+never a traceback. A key given twice in one mapping is refused (``model.yamlload``): PyYAML alone
+would keep the last one silently, e.g. a ``mode: Action`` below the ``mode: Monitor`` a reviewer read.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from trainguard.model import routing, workloads
+from trainguard.model import routing, workloads, yamlload
 from trainguard.policy import model
 
 DEFAULT_NAME = "default"
@@ -288,7 +289,9 @@ def parse_document(document: Any, origin: str) -> model.RecoveryPolicy:
 def parse_text(text: str, origin: str = "<policy>") -> PolicySet:
     """All policies in a YAML text (``---`` separated documents; empty documents are skipped)."""
     try:
-        documents = list(yaml.safe_load_all(text))
+        documents = list(yamlload.load_all(text))
+    except yamlload.DuplicateKeyError as exc:
+        raise PolicyError(f"{origin}: {exc}") from None
     except yaml.YAMLError as exc:
         raise PolicyError(f"{origin}: not valid YAML: {exc}") from None
     policies = [
