@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, fields
 
 from trainguard.model import limits
 
@@ -60,6 +61,15 @@ class EngineSettings:
     max_nodes_out_share: float | None = 0.5
     """The administrator's cap on the share of the cluster, and of each partition, out of service by us at
     once (peer practice: 50 %); None: no cap."""
+
+    def __post_init__(self) -> None:
+        """Every number finite: an infinite interval never polls again and a NaN compares false with
+        everything, so a loop or a limit would silently stop working (the shell reports it; this is the
+        last line of defence for any other caller)."""
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{field.name}: expected a finite number, got {value}")
 
     def admin_caps(self) -> limits.AdminCaps:
         """The administrator's caps for ``policy.blast_radius``."""

@@ -28,14 +28,13 @@ def add_parser(sub: Any) -> None:
         "audit", help="print the audit log (detections, verdicts, advice, actions, outcomes)",
         description="Print the audit log, oldest first. Read-only: the database is never created or changed.",
     )
-    common.add_db_argument(parser)
+    common.add_settings_database_arguments(parser)
     parser.add_argument("--workload", metavar="ID", help="only records of this workload")
     parser.add_argument("--kind", choices=[k.value for k in vocab.AuditKind], help="only records of this kind")
     parser.add_argument("--since", type=common.timestamp, metavar="ISO",
                         help="only records at or after this time (ISO 8601; no offset means UTC)")
     parser.add_argument("--limit", type=common.positive, metavar="N", help="only the N most recent matching records")
-    parser.add_argument("--format", choices=("json", "text"), default="text",
-                        help="json: one JSON object per line; text: one aligned line per record (default)")
+    common.add_format_argument(parser, json_help="one JSON object per line", text_help="one aligned line per record")
     parser.set_defaults(func=run)
 
 
@@ -77,7 +76,7 @@ def _summary(record: audit.AuditRecord) -> str:
 def run(args: argparse.Namespace) -> int:
     from trainguard.store import audit, database
 
-    args.db = common.database_url("audit", args.db)
+    args.db = common.settings_database_url(args, "audit")
     if args.db is None:
         return common.USAGE_ERROR
     try:

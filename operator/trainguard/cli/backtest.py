@@ -35,10 +35,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--since", type=common.timestamp, metavar="ISO", help="decisions at or after this time")
     parser.add_argument("--until", type=common.timestamp, metavar="ISO", help="decisions at or before this time")
     parser.add_argument("--workload", metavar="ID", help="only this workload's decisions")
-    common.add_db_argument(parser)
+    common.add_settings_database_arguments(parser)
     parser.add_argument("--all", action="store_true", help="print every decision, not only those that differ")
-    parser.add_argument("--format", choices=("json", "table"), default="table",
-                        help="json: one object per line, the summary last; table: aligned text (default)")
+    common.add_format_argument(parser, json_help="one object per line, the summary last", text_help="aligned text")
     parser.set_defaults(func=run)
 
 
@@ -69,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     except loader.PolicyError as exc:
         common.error("backtest", str(exc))
         return common.USAGE_ERROR
-    args.db = common.database_url("backtest", args.db)
+    args.db = common.settings_database_url(args, "backtest")
     if args.db is None:
         return common.USAGE_ERROR
     try:

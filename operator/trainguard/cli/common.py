@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainguard.store import location
 
@@ -39,6 +40,45 @@ def load_catalog(command: str, files: Sequence[Path]) -> catalog_mod.Catalog | N
     except catalog_mod.CatalogError as exc:
         error(command, str(exc))
         return None
+
+
+FORMAT_ALIASES = {"table": "text"}
+"""Other names of an output format: every command prints ``text`` for people (``table`` was the name on
+some commands and is still accepted everywhere) and ``json`` for scripts."""
+
+
+def output_format(text: str) -> str:
+    """``--format`` value, its alias resolved (``table`` -> ``text``); argparse then checks the choices."""
+    value = text.strip().lower()
+    return FORMAT_ALIASES.get(value, value)
+
+
+def add_format_argument(parser: argparse.ArgumentParser, *, json_help: str, text_help: str) -> None:
+    """``--format text|json`` as every command takes it (``table`` accepted for ``text``; default text)."""
+    parser.add_argument("--format", type=output_format, choices=("text", "json"), default="text",
+                        help=f"json: {json_help}; text (or table): {text_help} (default)")
+
+
+def finite_float(text: str) -> float:
+    """A number that must be finite: ``inf`` or ``nan`` would make a limit or an interval meaningless."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds: finite and >= 0."""
+    try:
+        value = finite_float(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
 
 
 def database_url(command: str, given: str | None) -> str | None:
@@ -92,7 +132,8 @@ SETTINGS_DATABASE_FLAGS = ("config", "db_url", "db_url_file", "home")
 def add_settings_database_arguments(parser: argparse.ArgumentParser) -> None:
     """``--config``, ``--db``, ``--db-file``, ``--home``: the audit database found exactly as ``run`` and
     ``operator`` find it (flag, then TRAINGUARD_DB_URL / TRAINGUARD_DB_URL_FILE / TRAINGUARD_HOME, then the
-    config file), for the commands that write to it (``db upgrade``, ``actions``)."""
+    config file), for every command over the audit database (``audit``, ``goodput``, ``backtest``,
+    ``patterns fired``, ``db upgrade``, ``actions``; ``scorecard`` through its settings)."""
     parser.add_argument("--config", default=None, metavar="FILE",
                         help="YAML file of settings (as for trainguard run/operator)")
     parser.add_argument("--db", dest="db_url", default=None, metavar="URL",
@@ -107,8 +148,27 @@ def settings_database_url(args: argparse.Namespace, command: str) -> str | None:
     from trainguard.cli import config  # here: the settings model is heavy for the light commands
 
     flags = {name: getattr(args, name) for name in SETTINGS_DATABASE_FLAGS if getattr(args, name) is not None}
+    if set(flags) == {"db_url"}:  # the URL itself, given on the command line: nothing else to consult
+        return str(flags["db_url"])
     try:
         return config.load(config.Settings, flags).database_url()
     except config.ConfigError as exc:
         error(command, str(exc))
         return None
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling that still works for now, with one line on stderr naming the new one: scripts keep
+    running while they are moved (``scorecard --policy NAME`` -> ``--policy-name NAME``)."""
+
+    def __init__(self, option_strings: list[str], dest: str, replacement: str = "", why: str = "",
+                 **kwargs: Any) -> None:
+        self.replacement = replacement
+        self.why = why
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        command = parser.prog.removeprefix("trainguard ")
+        error(command, f"warning: {option_string} is deprecated here{self.why}: use {self.replacement}")
+        setattr(namespace, self.dest, values)

@@ -42,6 +42,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from trainguard.cli import logsetup
+from trainguard.model import yamlload
 from trainguard.schedulers import tokens
 from trainguard.store import location
 
@@ -64,6 +66,7 @@ READ_ELSEWHERE: Final = {
 
 Mode = Literal["monitor", "action"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+LogFormat = Literal["text", "json"]
 ShardKey = Literal["cluster", "partition", "namespace"]
 PathList = Annotated[list[Path], NoDecode]
 TextList = Annotated[list[str], NoDecode]
@@ -92,7 +95,8 @@ def _also(name: str, *env: str) -> AliasChoices:
 class Settings(BaseSettings):
     """Settings shared by ``trainguard run`` and ``trainguard operator``."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True, populate_by_name=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True, populate_by_name=True,
+                                      allow_inf_nan=False)  # TRAINGUARD_POLL=inf would never poll again
 
     config: Path | None = Field(None, description="YAML file of settings, keyed by the names --print-config shows "
                                 "(read below flags and environment)", json_schema_extra=_flag(metavar="FILE"))
@@ -202,8 +206,14 @@ class Settings(BaseSettings):
     replica_id: str = Field("", max_length=200, description="this replica's name in the shard leases (default: "
                             "host name and process id); unique per live replica", json_schema_extra=_flag(metavar="ID"))
     log_level: LogLevel = "INFO"
+    log_format: LogFormat = Field("text", description="log lines on stderr: 'text' for people, 'json' one object "
+                                  "per line (time, level, logger, message, and workload, attempt, generation when "
+                                  "the line is about one recovery) for a log shipper")
 
     COMMAND: ClassVar[str] = ""
+    FLAGS: ClassVar[tuple[str, ...] | None] = None
+    """The settings offered as flags by this command (None: all); the others are still read from the
+    environment and the config file, so one file and one environment serve every command."""
 
     @field_validator("max_actions_per_hour", "max_nodes_out", "max_nodes_out_share", mode="before")
     @classmethod
@@ -211,7 +221,7 @@ class Settings(BaseSettings):
         """'off' (or 'none', or empty) turns an administrator's cap off."""
         return None if isinstance(value, str) and value.strip().lower() in ("off", "none", "") else value
 
-    @field_validator("mode", mode="before")
+    @field_validator("mode", "log_format", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
@@ -433,6 +443,10 @@ class ScorecardSettings(Settings):
     audit database to read and the scheduler whose jobs and nodes show what happened after each advice."""
 
     COMMAND: ClassVar[str] = "scorecard"
+    FLAGS: ClassVar[tuple[str, ...] | None] = (
+        "config", "scheduler", "db_url", "db_url_file", "home", "slurm_jwt", "slurm_jwt_file", "ssh_key",
+        "known_hosts", "log_level")
+    """What scorecard reads: the audit database and the scheduler (no telemetry, HTTP, limits or shards)."""
 
     ssh_key: PathList = Field(default_factory=list, description="SSH private key for slurm-ssh (repeatable)",
                               json_schema_extra=_flag(metavar="FILE"))
@@ -455,7 +469,9 @@ class ConfigFileSource(PydanticBaseSettingsSource):
         if path is None:
             return
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = yamlload.load(path.read_text(encoding="utf-8"))
+        except yamlload.DuplicateKeyError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from exc
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"config file {path}: {_first_line(exc)}") from exc
         if data is None:
@@ -463,11 +479,17 @@ class ConfigFileSource(PydanticBaseSettingsSource):
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path}: expected a mapping of setting names to values")
         known = settings_cls.model_fields
+        anywhere = _every_setting_name()
+        seen: dict[str, Any] = {}
         for key, value in data.items():
             name = str(key).replace("-", "_")
-            if name not in known or name == "config":
+            if name not in anywhere or name == "config":
                 raise ConfigError(f"config file {path}: unknown setting {key!r}")
-            self.values[name] = value
+            if name in seen:  # `db-url` and `db_url`: one setting given twice
+                raise ConfigError(f"config file {path}: setting {name!r} given twice ({seen[name]!r} and {key!r})")
+            seen[name] = key
+            if name in known:  # one file serves every command: another command's settings are not ours to read
+                self.values[name] = value
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return self.values.get(field_name), field_name, False
@@ -497,6 +519,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[Settings]) -> None:
     """One flag per setting of ``cls``. Every default is None, so that a flag not given leaves the
     setting to the environment, the config file and the default, in that order."""
     for name, info in cls.model_fields.items():
+        if cls.FLAGS is not None and name not in cls.FLAGS:
+            continue
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         flags = [flag_of(cls, name)]
         if extra.get("short"):
@@ -586,6 +610,9 @@ def describe(settings: Settings, flags: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def print_config(settings: Settings, flags: Mapping[str, Any]) -> int:
+    """``--print-config``: the configuration on stdout and nothing else, not even INFO lines on stderr
+    (describing it imports the store, whose migration tool logs as it loads)."""
+    logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
     print(json.dumps(describe(settings, flags), indent=2, sort_keys=False, default=str))
     return 0
 
@@ -605,14 +632,13 @@ def start(args: argparse.Namespace, cls: type[S], prog: str) -> S | int:
     the environment, and answer ``--print-config``. The settings, or the exit code to return now
     (2 with one line on stderr for a configuration error, 0 after ``--print-config``)."""
     flags = flags_of(args, cls)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    logsetup.configure(logging.INFO, _early_log_format(flags))
     try:
         settings = load(cls, flags)
     except ConfigError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    logging.getLogger().setLevel(settings.log_level)
+    logsetup.configure(settings.log_level, settings.log_format)
     if args.print_config:
         return print_config(settings, flags)
     warn_secret_flags(settings, flags, prog)
@@ -633,6 +659,25 @@ class ReplacedFlag(argparse.Action):
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _early_log_format(flags: Mapping[str, Any]) -> str:
+    """The log format for the lines logged while the settings load (flag, else environment): JSON
+    consumers must not get a text line first. A bad value is reported by the settings, in text."""
+    value = str(flags.get("log_format") or os.environ.get(f"{ENV_PREFIX}LOG_FORMAT", "text")).strip().lower()
+    return value if value in logsetup.FORMATS else "text"
+
+
+def _every_setting_name() -> set[str]:
+    """The settings of every command (``Settings`` and its subclasses): the keys a config file may hold,
+    since one file serves ``run``, ``operator``, ``doctor`` and ``scorecard`` alike."""
+    names: set[str] = set()
+    pending: list[type[Settings]] = [Settings]
+    while pending:
+        cls = pending.pop()
+        names.update(cls.model_fields)
+        pending.extend(cls.__subclasses__())
+    return names
 
 
 def _split_list(value: Any) -> Any:

@@ -19,11 +19,10 @@ import argparse
 import asyncio
 import logging
 import re
-import sys
 from collections.abc import Awaitable
 from typing import Any
 
-from trainguard.cli import config
+from trainguard.cli import common, config, logsetup
 
 logger = logging.getLogger("trainguard.doctor")
 
@@ -41,8 +40,8 @@ def add_parser(sub: Any) -> None:
         "as 'trainguard run'. Exit code 1 when any check fails.",
     )
     config.add_arguments(parser, config.DoctorSettings)
-    parser.add_argument("--format", choices=("table", "json"), default="table",
-                        help="table (default) or one JSON object {\"checks\": [...]}")
+    common.add_format_argument(parser, json_help="one JSON object {\"checks\": [...]}",
+                               text_help="a table with the fix below each warning or failure")
     parser.add_argument("--print-config", action="store_true",
                         help="print the effective configuration (secrets redacted) as JSON and exit")
     parser.set_defaults(func=run)
@@ -52,16 +51,15 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.doctor import report
 
     flags = config.flags_of(args, config.DoctorSettings)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    logsetup.configure(logging.WARNING, str(flags.get("log_format") or "text"))
     try:
         cfg = config.load(config.DoctorSettings, flags)
     except config.ConfigError as exc:
         checks = [report.fail("config", str(exc), "fix the setting named above (trainguard doctor --help)")]
         _print(checks, args.format)
         return 1
-    if cfg.log_level != "INFO":  # INFO would interleave the adapters' progress lines with the table
-        logging.getLogger().setLevel(cfg.log_level)
+    # INFO would interleave the adapters' progress lines with the table
+    logsetup.configure(logging.WARNING if cfg.log_level == "INFO" else cfg.log_level, cfg.log_format)
     if args.print_config:
         return config.print_config(cfg, flags)
     checks = asyncio.run(run_checks(cfg))
@@ -79,13 +77,14 @@ async def run_checks(cfg: config.DoctorSettings) -> list[Any]:
     """Every check of ``cfg``, concurrently, in a stable order; each time-boxed (``report.guarded``)."""
     import aiohttp
 
-    from trainguard.doctor import database, logs, metrics, report, slurm
+    from trainguard.doctor import database, listener, logs, metrics, report, slurm
 
     timeout = cfg.check_timeout
     group = timeout * GROUP_FACTOR
     checks: list[report.Check] = [report.ok("config", "settings loaded" + (f" from {cfg.config}" if cfg.config
                                                                              else " (flags and environment)"))]
     checks.extend(_files(cfg))
+    checks.append(listener.check(cfg.http_listen, cfg.http_token_file))
 
     probe: slurm.SchedulerProbe | None = None
     if cfg.scheduler:

@@ -20,16 +20,6 @@ from typing import Any
 from trainguard.cli import common
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {value}")
-    return value
-
-
 def add_parser(sub: Any) -> None:
     from trainguard.observe import goodput  # light: no database driver
 
@@ -39,17 +29,17 @@ def add_parser(sub: Any) -> None:
         "split into work lost since the last checkpoint, detection, decision, action and requeue wait; "
         "MTTR, MTBF, and an estimate of the loss without Trainguard where one is honest. Read-only.",
     )
-    common.add_db_argument(parser)
+    common.add_settings_database_arguments(parser)
     parser.add_argument("--since", type=common.timestamp, metavar="ISO",
                         help="only attempts still running at or started after this time (ISO 8601; no offset: UTC)")
     parser.add_argument("--by", choices=goodput.GROUPINGS, default="workload", help="grouping (default: workload)")
-    parser.add_argument("--job-timeout", type=_seconds, default=goodput.DEFAULT_JOB_TIMEOUT_S, metavar="SECONDS",
+    parser.add_argument("--job-timeout", type=common.seconds, default=goodput.DEFAULT_JOB_TIMEOUT_S, metavar="SECONDS",
                         help="the job's own hang timeout assumed without Trainguard (default: %(default)s, NCCL's)")
-    parser.add_argument("--manual-delay", type=_seconds, default=goodput.DEFAULT_MANUAL_DELAY_S, metavar="SECONDS",
+    parser.add_argument("--manual-delay", type=common.seconds, default=goodput.DEFAULT_MANUAL_DELAY_S,
+                        metavar="SECONDS",
                         help="assumed time for a person to requeue a failed job without Trainguard "
                         "(default: %(default)s)")
-    parser.add_argument("--format", choices=("json", "table"), default="table",
-                        help="json: one JSON object per line; table: aligned columns (default)")
+    common.add_format_argument(parser, json_help="one JSON object per line", text_help="aligned columns")
     parser.set_defaults(func=run)
 
 
@@ -85,7 +75,7 @@ _TABLE = ("failures", "productive_seconds", "lost_seconds", "work_lost_seconds",
 def run(args: argparse.Namespace) -> int:
     from trainguard.store import database
 
-    args.db = common.database_url("goodput", args.db)
+    args.db = common.settings_database_url(args, "goodput")
     if args.db is None:
         return common.USAGE_ERROR
     try:

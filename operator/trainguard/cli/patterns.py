@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from trainguard.cli import common
-from trainguard.cli.common import add_db_argument, timestamp
+from trainguard.cli.common import add_format_argument, add_settings_database_arguments, timestamp
 from trainguard.detect import catalog as catalogs
 from trainguard.detect import first_cause, hosts, sanitize, static, stream
 from trainguard.detect import matcher as matchers
@@ -50,8 +50,7 @@ def add_parser(sub: Any) -> None:
     export.set_defaults(func=run_export)
 
     listing = actions.add_parser("list", help="table of id, category, attribution hint, severity")
-    listing.add_argument("--format", choices=("table", "json"), default="table",
-                         help="table: aligned columns (default); json: one object per line")
+    add_format_argument(listing, json_help="one object per line", text_help="aligned columns")
     common(listing)
     listing.set_defaults(func=run_list)
 
@@ -76,13 +75,12 @@ def add_parser(sub: Any) -> None:
         description="Count, per pattern id, the recorded anomalies whose evidence cites it, how often it was the "
         "first cause, and on which workloads. Read-only: the database is never created or changed.",
     )
-    add_db_argument(fired)
+    add_settings_database_arguments(fired)
     fired.add_argument("--since", type=timestamp, metavar="ISO",
                        help="only anomalies at or after this time (ISO 8601; no offset means UTC)")
     fired.add_argument("--workload", metavar="ID", help="only anomalies of this workload")
-    fired.add_argument("--format", choices=("table", "json"), default="table",
-                       help="json: one object per line (pattern, anomalies, first_cause, workloads, first, last); "
-                       "table: aligned columns (default)")
+    add_format_argument(fired, json_help="one object per line (pattern, anomalies, first_cause, workloads, "
+                               "first, last)", text_help="aligned columns")
     fired.set_defaults(func=run_fired)
 
     parser.set_defaults(func=lambda args: _usage(parser))
@@ -224,7 +222,7 @@ async def _fired(args: argparse.Namespace) -> list[audit.PatternFiring]:
 def run_fired(args: argparse.Namespace) -> int:
     from trainguard.store import database
 
-    args.db = common.database_url("patterns fired", args.db)
+    args.db = common.settings_database_url(args, "patterns fired")
     if args.db is None:
         return common.USAGE_ERROR
     try:

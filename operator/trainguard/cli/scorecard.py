@@ -3,7 +3,8 @@ ready for Action.
 
 A shell over ``observe/scorecard.py``: opens the audit database read-only (never creates or migrates
 it), reads the scheduler when one is configured (``--scheduler``, as ``trainguard run`` takes it:
-flags, ``TRAINGUARD_*`` and ``--config`` through ``cli/config.py``), and prints one row per advice and
+flags, ``TRAINGUARD_*`` and ``--config`` through ``cli/config.py``; only the flags it reads are offered,
+the config file of ``run`` is accepted as it is), and prints one row per advice and
 one summary per policy. ``--format json`` is a contract checked from outside: one JSON object per
 line; an advice row has at least ``workload``, ``attempt``, ``advice`` and ``score``; a summary row
 has ``"summary": true`` and ``policy`` (fields in docs/scorecard.md).
@@ -19,7 +20,7 @@ import logging
 import sys
 from typing import Any
 
-from trainguard.cli import common, config
+from trainguard.cli import common, config, logsetup
 
 
 def _share(text: str) -> float:
@@ -42,12 +43,15 @@ def add_parser(sub: Any) -> None:
         "Read-only: nothing is changed in the database or the scheduler.",
     )
     config.add_arguments(parser, config.ScorecardSettings)
-    parser.add_argument("--policy", dest="policy_name", metavar="NAME",
-                        help="only advice of this policy")
+    parser.add_argument("--policy-name", dest="policy_name", metavar="NAME",
+                        help="only advice of the policy named NAME")
+    parser.add_argument("--policy", dest="policy_name", metavar="NAME", action=common.DeprecatedAlias,
+                        replacement="--policy-name NAME",
+                        why=" (--policy is a policy FILE on run, doctor and backtest)",
+                        help="deprecated spelling of --policy-name (--policy is a policy FILE on every other command)")
     parser.add_argument("--workload", metavar="ID", help="only advice of this workload")
-    parser.add_argument("--format", choices=("table", "json"), default="table",
-                        help="json: one JSON object per line (advice rows, then one summary per policy); "
-                        "table: aligned text (default)")
+    common.add_format_argument(parser, json_help="one JSON object per line (advice rows, then one summary per "
+                               "policy)", text_help="aligned text")
     parser.add_argument("--gpus-per-node", type=common.positive, default=8, metavar="N",
                         help="GPUs per node for the GPU-hours estimate (default 8)")
     parser.add_argument("--min-scored", type=common.positive, default=5, metavar="N",
@@ -88,14 +92,14 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.store import database
 
     flags = config.flags_of(args, config.ScorecardSettings)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    logsetup.configure(logging.WARNING)
     try:
         cfg = config.load(config.ScorecardSettings, flags)
         db_url = cfg.database_url()
     except config.ConfigError as exc:
         common.error("scorecard", str(exc))
         return common.USAGE_ERROR
+    logsetup.configure(logging.WARNING if cfg.log_level == "INFO" else cfg.log_level, cfg.log_format)
     if args.print_config:
         return config.print_config(cfg, flags)
     try:
