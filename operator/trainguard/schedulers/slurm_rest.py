@@ -81,10 +81,20 @@ class SlurmRest:
             async with self._http().request(method, url, json=body, headers={"X-SLURM-USER-TOKEN": token}) as resp:
                 text = await resp.text(errors="replace")
                 status = resp.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, ConnectionRefusedError):
+                raise base.SchedulerError(f"{self.name}: connection refused to {url}: is slurmrestd running and "
+                                          "listening on that port?") from exc
+            reason = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
+            raise base.SchedulerError(f"{self.name}: cannot connect to {url}: {reason}") from exc
+        except TimeoutError as exc:
+            raise base.SchedulerError(f"{self.name}: {method} {url}: no answer within "
+                                      f"{self._timeout.total:g} s") from exc
+        except aiohttp.ClientError as exc:
             raise base.SchedulerError(f"{self.name}: {method} {path} failed: {exc or type(exc).__name__}") from exc
         if status in TOKEN_REJECTED:
-            raise base.SchedulerError(f"{self.name}: token rejected (HTTP {status}); is the JWT valid and unexpired?")
+            raise base.SchedulerError(f"{self.name}: token rejected with HTTP {status} by {url}; is the JWT valid "
+                                      "and unexpired?")
         try:
             data = json.loads(text) if text.strip() else {}
         except json.JSONDecodeError:
@@ -105,14 +115,20 @@ class SlurmRest:
         """Newest supported ``v0.0.x`` the server offers, read once from its OpenAPI document."""
         if self._version is None:
             found: set[int] = set()
+            failures: list[base.SchedulerError] = []
             for path in ("/openapi/v3", "/openapi"):
                 try:
                     doc = await self._raw("GET", path)
-                except base.SchedulerError:
+                except base.SchedulerError as exc:
+                    failures.append(exc)
                     continue
                 found = {int(m.group(1)) for p in doc.get("paths") or {} if (m := _VERSION_RE.match(str(p)))}
                 if found:
                     break
+            if not found and len(failures) == 2:
+                # No OpenAPI document came back at all: say why (connection refused, token rejected,
+                # HTTP 404 from something that is not slurmrestd) instead of "offered: none".
+                raise failures[0]
             usable = sorted(v for v in found if v in SUPPORTED_MINORS)
             if not usable:
                 offered = ", ".join(f"v0.0.{v}" for v in sorted(found)) or "none"
