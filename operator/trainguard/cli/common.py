@@ -88,10 +88,10 @@ def database_url(command: str, given: str | None) -> str | None:
     installation needs no more flags than running it did. On a problem: one line, None."""
     if given is not None:
         return given
-    from trainguard.cli import config  # here: keeps `trainguard --help` light
+    from trainguard.cli import config, settings_io  # here: keeps `trainguard --help` light
 
     try:
-        return config.load(config.Settings, {}).database_url()
+        return settings_io.load(config.Settings, {}).database_url()
     except config.ConfigError as exc:
         error(command, str(exc))
         return None
@@ -145,13 +145,13 @@ def add_settings_database_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_database_url(args: argparse.Namespace, command: str) -> str | None:
     """The database URL those arguments name, or None after a one-line error on stderr (exit code 2)."""
-    from trainguard.cli import config  # here: the settings model is heavy for the light commands
+    from trainguard.cli import config, settings_io  # here: the settings model is heavy for the light commands
 
     flags = {name: getattr(args, name) for name in SETTINGS_DATABASE_FLAGS if getattr(args, name) is not None}
     if set(flags) == {"db_url"}:  # the URL itself, given on the command line: nothing else to consult
         return str(flags["db_url"])
     try:
-        return config.load(config.Settings, flags).database_url()
+        return settings_io.load(config.Settings, flags).database_url()
     except config.ConfigError as exc:
         error(command, str(exc))
         return None

@@ -22,7 +22,7 @@ import re
 from collections.abc import Awaitable
 from typing import Any
 
-from trainguard.cli import common, config, logsetup
+from trainguard.cli import common, config, logsetup, settings_io
 
 logger = logging.getLogger("trainguard.doctor")
 
@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
         "AccountingStoreFlags, slurmrestd, the audit database and the policy files. Reads the same settings "
         "as 'trainguard run'. Exit code 1 when any check fails.",
     )
-    config.add_arguments(parser, config.DoctorSettings)
+    settings_io.add_arguments(parser, config.DoctorSettings)
     common.add_format_argument(parser, json_help="one JSON object {\"checks\": [...]}",
                                text_help="a table with the fix below each warning or failure")
     parser.add_argument("--print-config", action="store_true",
@@ -50,10 +50,10 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainguard.doctor import report
 
-    flags = config.flags_of(args, config.DoctorSettings)
+    flags = settings_io.flags_of(args, config.DoctorSettings)
     logsetup.configure(logging.WARNING, str(flags.get("log_format") or "text"))
     try:
-        cfg = config.load(config.DoctorSettings, flags)
+        cfg = settings_io.load(config.DoctorSettings, flags)
     except config.ConfigError as exc:
         checks = [report.fail("config", str(exc), "fix the setting named above (trainguard doctor --help)")]
         _print(checks, args.format)
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     # INFO would interleave the adapters' progress lines with the table
     logsetup.configure(logging.WARNING if cfg.log_level == "INFO" else cfg.log_level, cfg.log_format)
     if args.print_config:
-        return config.print_config(cfg, flags)
+        return settings_io.print_config(cfg, flags)
     checks = asyncio.run(run_checks(cfg))
     _print(checks, args.format)
     return 1 if report.failed(checks) else 0

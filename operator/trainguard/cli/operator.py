@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Any
 
-from trainguard.cli import common, config
+from trainguard.cli import common, config, settings_io
 
 
 def add_parser(sub: Any) -> None:
@@ -26,8 +26,8 @@ def add_parser(sub: Any) -> None:
         "variable TRAINGUARD_<NAME> or a key of the --config file, in that precedence. Credentials: $KUBECONFIG, "
         "else the pod's ServiceAccount.",
     )
-    config.add_arguments(parser, config.OperatorSettings)
-    parser.add_argument("--allow-action", action=config.ReplacedFlag,
+    settings_io.add_arguments(parser, config.OperatorSettings)
+    parser.add_argument("--allow-action", action=settings_io.ReplacedFlag,
                         replacement="--mode action (or TRAINGUARD_MODE=action)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the effective configuration (secrets redacted) as JSON and exit")
@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = config.start(args, config.OperatorSettings, "trainguard operator")
+    cfg = settings_io.start(args, config.OperatorSettings, "trainguard operator")
     if isinstance(cfg, int):
         return cfg
     if cfg.log_level == "INFO":

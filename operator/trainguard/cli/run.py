@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainguard import settings as settings_mod
-from trainguard.cli import config
+from trainguard.cli import config, settings_io
 
 if TYPE_CHECKING:
     from trainguard import shards
@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
         "and a policy whose mode is Action; the built-in default policy is always Monitor. Every setting is a "
         "flag, an environment variable TRAINGUARD_<NAME> or a key of the --config file, in that precedence.",
     )
-    config.add_arguments(parser, config.RunSettings)
+    settings_io.add_arguments(parser, config.RunSettings)
     parser.add_argument("--once", action="store_true",
                         help="run one recovery + discovery + tailing round and exit (non-zero when the scheduler "
                         "or the store cannot be reached)")
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
 
-    cfg = config.start(args, config.RunSettings, "trainguard run")
+    cfg = settings_io.start(args, config.RunSettings, "trainguard run")
     if isinstance(cfg, int):
         return cfg
     try:

@@ -20,7 +20,7 @@ import logging
 import sys
 from typing import Any
 
-from trainguard.cli import common, config, logsetup
+from trainguard.cli import common, config, logsetup, settings_io
 
 
 def _share(text: str) -> float:
@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
         "with its agreement rate, estimated GPU-hours saved, harmful advice and a 'ready for Action' signal. "
         "Read-only: nothing is changed in the database or the scheduler.",
     )
-    config.add_arguments(parser, config.ScorecardSettings)
+    settings_io.add_arguments(parser, config.ScorecardSettings)
     parser.add_argument("--policy-name", dest="policy_name", metavar="NAME",
                         help="only advice of the policy named NAME")
     parser.add_argument("--policy", dest="policy_name", metavar="NAME", action=common.DeprecatedAlias,
@@ -91,17 +91,17 @@ def run(args: argparse.Namespace) -> int:
     from trainguard.observe import scorecard
     from trainguard.store import database
 
-    flags = config.flags_of(args, config.ScorecardSettings)
+    flags = settings_io.flags_of(args, config.ScorecardSettings)
     logsetup.configure(logging.WARNING)
     try:
-        cfg = config.load(config.ScorecardSettings, flags)
+        cfg = settings_io.load(config.ScorecardSettings, flags)
         db_url = cfg.database_url()
     except config.ConfigError as exc:
         common.error("scorecard", str(exc))
         return common.USAGE_ERROR
     logsetup.configure(logging.WARNING if cfg.log_level == "INFO" else cfg.log_level, cfg.log_format)
     if args.print_config:
-        return config.print_config(cfg, flags)
+        return settings_io.print_config(cfg, flags)
     try:
         rows = asyncio.run(_score(cfg, args, db_url))
     except database.StoreError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.cli import config, main
+from trainguard.cli import config, main, settings_io
 from trainguard.cli import run as run_cli
 from trainguard.model import vocab
 
@@ -29,8 +29,8 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def parse(command: str, *argv: str) -> tuple[object, dict[str, object]]:
     args = main.build_parser().parse_args([command, *argv])
     cls = config.RunSettings if command == "run" else config.OperatorSettings
-    flags = config.flags_of(args, cls)
-    return config.load(cls, flags), flags
+    flags = settings_io.flags_of(args, cls)
+    return settings_io.load(cls, flags), flags
 
 
 def test_precedence_flag_over_env_over_file_over_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -46,7 +46,7 @@ def test_precedence_flag_over_env_over_file_over_default(monkeypatch: pytest.Mon
     assert settings.poll == 7.0  # file beats default
     assert settings.rest_fallback == "none"
     assert settings.log_level == "INFO"  # default
-    described = config.describe(settings, flags)["settings"]
+    described = settings_io.describe(settings, flags)["settings"]
     assert described["mode"]["source"] == "flag --mode"
     assert described["http_listen"]["source"] == "env TRAINGUARD_HTTP_LISTEN"
     assert described["poll"]["source"] == f"file {settings_file}"
@@ -94,7 +94,7 @@ def test_secrets_from_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert settings.database_url() == "postgresql+asyncpg://tg:s3cret@db.internal:5432/trainguard"
     assert settings.slurm_token() == "eyJ.token.sig"
     assert settings.scheduler_env()["SLURM_JWT"] == "eyJ.token.sig"  # for scontrol's auth/jwt
-    text = json.dumps(config.describe(settings, flags))
+    text = json.dumps(settings_io.describe(settings, flags))
     assert "s3cret" not in text and "eyJ.token.sig" not in text
 
 
@@ -125,7 +125,7 @@ def test_a_secret_given_twice_or_an_unreadable_file_is_one_line(tmp_path: Path,
 def test_jwt_on_the_command_line_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
     settings, flags = parse("run", "--scheduler", "slurm-rest://localhost:6820", "--jwt", "eyJ.visible")
     assert isinstance(settings, config.Settings)
-    config.warn_secret_flags(settings, flags, "trainguard run")
+    settings_io.warn_secret_flags(settings, flags, "trainguard run")
     assert "ps shows it" in caplog.text and "--jwt-file" in caplog.text
 
 

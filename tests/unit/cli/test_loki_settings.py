@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.cli import config, main
+from trainguard.cli import config, main, settings_io
 from trainguard.cli import run as run_cli
 from trainguard.model import clock
 from trainguard.signals import loki, loki_book, sources
@@ -27,7 +27,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def parse(*argv: str) -> config.RunSettings:
     args = main.build_parser().parse_args(["run", "--scheduler", "slurm-local", *argv])
-    settings = config.load(config.RunSettings, config.flags_of(args, config.RunSettings))
+    settings = settings_io.load(config.RunSettings, settings_io.flags_of(args, config.RunSettings))
     assert isinstance(settings, config.RunSettings)
     return settings
 
@@ -72,7 +72,7 @@ def test_contradictions_and_unreadable_secrets_are_one_line(tmp_path: Path) -> N
 def test_the_operator_reads_the_same_loki_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = main.build_parser().parse_args(["operator", "--scheduler", "slurm-local", "--loki-url", "http://loki:3100",
                                            "--loki-host-label", "node"])
-    settings = config.load(config.OperatorSettings, config.flags_of(args, config.OperatorSettings))
+    settings = settings_io.load(config.OperatorSettings, settings_io.flags_of(args, config.OperatorSettings))
     found = run_cli.loki_config(settings)
     assert found is not None and (found.url, found.labels.host, found.labels.job) == ("http://loki:3100", "node",
                                                                                       "job_id")
