@@ -14,9 +14,9 @@ Decisions a reader should know:
   later line from *outside* it: the scheduler (``slurmstepd``, ``srun``), the launcher (torch
   elastic's agent), a monitor (watchdog, heartbeat, wandb, the kernel). A silence ends the run
   only when it is at least ``MIN_SILENCE_S`` and ``CADENCE_FACTOR`` times the run's usual gap
-  between progress lines. Lines of the program itself after the silence (an evaluation, a save)
-  mean it was alive, and a clean ending (saved, finished, exiting) keeps the file healthy: a log
-  that stops because the excerpt stops, or because the run was saved and stopped, is not a hang.
+  between progress lines. Lines of the program itself (an evaluation, a checkpoint save) are signs
+  of life the silence is measured from, and a clean ending (finished, completed, exiting) keeps the
+  file healthy: a log that stops because the excerpt stops, or because the run stopped, is not a hang.
 * Only timestamps of one kind are compared (ISO dates; syslog month-day; glog/c10d month-day;
   a bare time of day only forwards), so two clocks are never mixed up.
 * A file without any timestamp cannot show a silence: ``no_clock_note`` says so in the summary
@@ -59,15 +59,16 @@ PATTERN_AFTER_SILENCE = "postmortem.after_silence"
 PATTERN_RANK_FIGURES = "postmortem.per_rank_figures"
 PATTERN_MEMORY = "postmortem.host_memory_growth"
 
-TRIGGER = re.compile(
-    rb"(?i)(?:^[ \t|]*rank[ \t|]+[a-z_ |]*(?:time|ms)"  # a table header: "rank  data_time  step_time"
-    rb"|\b(?:min|mn|max|mx)[a-z]*/r(?:a)?n?k:"  # Megatron / Composer "MnRtt/Rnk:", "MaxThroughput/Rank:"
-    rb"|\b(?:available|used|free|rss)[:=] ?[0-9][0-9.]* ?(?:[kmgt]i?b|[kmgt])\b"  # host memory figures
-    rb"|\bincreased rss\b"
-    rb"|Init COMPLETE|Training Started|Start(?:ing)? training|Running training|training starts"
-    rb"|Validation sanity check|\bEpoch 0\b|initialization complete|Init done)",
-    re.MULTILINE,
+TRIGGER_EXPRESSIONS = (
+    rb"^[ \t|]*rank[ \t|]+[a-z_ |]*(?:time|ms)",  # a table header: "rank  data_time  step_time"
+    rb"\b(?:min|mn|max|mx)[a-z]*/r(?:a)?n?k:",  # Megatron / Composer "MnRtt/Rnk:", "MaxThroughput/Rank:"
+    rb"\b(?:available|used|free|rss)[:=] ?[0-9][0-9.]* ?(?:[kmgt]i?b|[kmgt])\b",  # host memory figures
+    rb"\bincreased rss\b",
+    rb"Init COMPLETE|Training Started|Start(?:ing)? training|Running training|training starts",
+    rb"Validation sanity check|\bEpoch 0\b|initialization complete|Init done",
 )
+"""Case-insensitive, ``^`` at line starts; ``postmortem_reading`` runs them as one Hyperscan database."""
+TRIGGER = re.compile(rb"(?i)(?:" + b"|".join(TRIGGER_EXPRESSIONS) + rb")", re.MULTILINE)
 """Lines worth offering to ``Collector.feed`` (bytes, searched over whole blocks by the reader)."""
 
 _HEADER = re.compile(r"(?i)^[ \t|]*rank[ \t|]+(.*)$")
@@ -90,10 +91,12 @@ INIT = re.compile(
 )
 """The program finished starting up: a silence after it with no progress is a hang after initialisation."""
 CLEAN_END = re.compile(
-    r"(?i)\bsav(?:ed|ing)\b|checkpoint|finish(?:ed)?\b|complete[d]?\b|\bdone\b|exiting|exited normally|"
+    r"(?i)finish(?:ed)?\b|complete[d]?\b|\bdone\b|exiting|exited normally|"
     r"max_epochs|max_steps|stopped|shutting down|goodbye|Synced|Run summary|Job finished"
 )
-"""A line that says the run ended on purpose: a silence before it is not a hang."""
+"""A line that says the run ended on purpose: a silence after the last step is then not a hang. A
+checkpoint save alone is not an ending, only a sign of life: a run that saves and then sits silent
+until the time limit hung after the save."""
 
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)")
 _MONTHS = {

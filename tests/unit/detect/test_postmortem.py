@@ -85,6 +85,14 @@ def test_a_hang_after_initialisation_without_any_step(tmp_path: Path, capsys: py
     assert "initialisation" in str(result["summary"])
 
 
+def test_a_save_is_a_sign_of_life_not_an_ending(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [*_steps(0, 20), "2024-05-07 10:04:00,000 - INFO - Saving model checkpoint to /ckpt/step_120", TIME_LIMIT]
+    result = _detect(tmp_path, "\n".join(lines), capsys)
+    assert (result["symptom"], result["category"]) == ("hang", "progress_stalled")
+    assert "Saving model checkpoint" in result["evidence"][0]["text"]  # type: ignore[index]
+    assert "its last line of its own" in str(result["summary"])
+
+
 def test_an_excerpt_that_ends_mid_run_and_a_clean_stop_stay_healthy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,9 +26,12 @@ REAL = Path(__file__).resolve().parents[2] / "data" / "real"
 SYMPTOM_CATEGORY_FLOOR = 0.95
 """Share of files whose symptom AND category are right. Each batch of files is scored on the code
 before it prompts any change (its first-sight score, in tests/data/real/HISTORY.md: batches 1-15
-scored between 7/14 and 4/4; batch 11 at 9/18; batch 16 at 11/14), then the detector is tuned on classes of
-wording. The whole set now reaches 311/322 (batches 8-16 added 144 files); the floor leaves room for a few
-misses, not for a regression."""
+scored between 7/14 and 4/4; batch 11 at 9/18; batch 16 at 11/14; batch 17 at 6/10, batch 18 at 1/3), then the
+detector is tuned on classes of wording. The whole set now reaches 320/335 (batches 8-18 added 157 files); the
+floor leaves room for a few misses, not for a regression."""
+HANG_STRAGGLER_FLAGGED_FLOOR = 0.8
+"""Share of files labelled hang or straggler that are not called healthy (issue 23's goal on the project's own
+corpus): 18/21 now; the misses are two excerpts without timestamps and a ten-minute silence (HISTORY.md)."""
 
 
 KNOWN_MISSED_FAILURES = {
@@ -37,6 +40,9 @@ KNOWN_MISSED_FAILURES = {
     "matched",
     "xid31_condensed_kern_log_record.log": "the reporter rewrote the kernel's Xid records in a short form of their "
     "own (no 'NVRM: Xid (PCI:...)'); a bare 'Xid 31' would also match prose about Xids",
+    "hang_after_checkpoint_save_then_ctrl_c_deepspeed.log": "ten minutes of silence after a checkpoint save, then "
+    "the user's Ctrl-C: under the post-mortem silence floor (the live hang timeout, 30 min, above a large model's "
+    "save)",
 }
 """Unambiguous failing logs detection is known to call healthy, each with why. Listed rather than
 hidden: the test fails if one of them starts being detected (remove it) or another one is missed."""
@@ -96,6 +102,9 @@ def test_real_logs(capsys: pytest.CaptureFixture[str]) -> None:
     ]
     assert sorted(failing_called_healthy) == sorted(KNOWN_MISSED_FAILURES)
     assert counts["symptom+category"] / n >= SYMPTOM_CATEGORY_FLOOR
+    stalled = [name for name, want in labels.items() if want["symptom"] in ("hang", "straggler")]
+    flagged = [name for name in stalled if got[name]["symptom"] != "healthy"]
+    assert len(flagged) / len(stalled) >= HANG_STRAGGLER_FLAGGED_FLOOR
 
 
 def test_evidence_starts_with_the_initiating_line() -> None:
