@@ -41,7 +41,9 @@ CATEGORY_ATTRIBUTION: Mapping[vocab.Category, vocab.Attribution] = {
     C.GPU_FALLEN_OFF_BUS: A.HARDWARE,
     C.NVLINK: A.HARDWARE,
     C.NCCL_NETWORK_IB: A.HARDWARE,
-    C.NCCL_ERROR: A.SYSTEM,
+    C.NCCL_ERROR: A.SYSTEM,  # NCCL's own classes: ncclSystemError "a call to the system failed" (socket, malloc, a
+    # library); the catalog's per-pattern hints decide first (e.g. nccl.socket_stack_mismatch, system; CUDA inside
+    # NCCL, unknown), so this table is the fallback for NCCL text no pattern refines
     C.FILESYSTEM_IO: A.SYSTEM,
     C.RENDEZVOUS_FAILURE: A.SYSTEM,
     C.BUS_ERROR_SHM: A.SYSTEM,
@@ -61,7 +63,14 @@ CATEGORY_ATTRIBUTION: Mapping[vocab.Category, vocab.Attribution] = {
 """Fallback when the anomaly carries no hint. Table, not code, so it can be reviewed at a glance."""
 
 ALWAYS_APPLICATION = frozenset({C.OOM_GPU, C.OOM_HOST_KILLED, C.PYTHON_EXCEPTION, C.DATALOADER_KILLED})
-"""The program asked for too much or raised: a retry on other nodes fails the same way."""
+"""The program asked for too much or raised: a retry on other nodes fails the same way.
+
+Host OOM (confidence ``CONFIDENCE_RULE``): the kernel's OOM killer chooses the process with the
+highest badness, i.e. the largest memory use (Linux kernel documentation, filesystems/proc.rst,
+``/proc/<pid>/oom_score``; mm/oom_kill.c ``oom_badness``), so the training process it kills is the
+one that grew. Live, the engine names it from the kill itself; the offline ``trainguard detect``
+is stricter and says ``application`` only when the log also shows the process's own memory growing
+(``detect/refine.py``), because a pasted bare ``Killed`` may also be a person's ``kill -9``."""
 
 HARDWARE_XIDS = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 140, 143, 154})
 """Xids NVIDIA documents as hardware/driver-recovery events (DBE ECC, row remap, NVLink, fallen off

@@ -341,7 +341,9 @@ def silence(collector: Collector, *, closing: tuple[int, str] | None = None) -> 
     best: tuple[float, tuple[int, str]] | None = None
     for lineno, text in candidates:
         at = stamp(text)
-        pair = _comparable(life_at, at) if at is not None else None
+        if at is None or (closing is None and at.kind != life_at.kind):
+            continue  # an outside line on another clock (a pasted dmesg beside the training log) closes nothing
+        pair = _comparable(life_at, at)
         if pair is not None and pair[1] - pair[0] > (best[0] if best else 0.0):
             best = (pair[1] - pair[0], (lineno, text))
     if best is None or best[0] < _threshold(collector):

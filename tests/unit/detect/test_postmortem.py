@@ -107,6 +107,12 @@ def test_an_excerpt_that_ends_mid_run_and_a_clean_stop_stay_healthy(
     assert _detect(tmp_path, "\n".join(evaluation), capsys)["symptom"] == "healthy"
 
 
+def test_kernel_lines_on_another_clock_close_no_silence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A training log with a dmesg excerpt pasted after it: the syslog dates are not the training clock.
+    kernel = "May 29 03:12:44 node7 kernel: [812345.123456] NVRM: GPU at PCI:0000:3b:00: GPU-1 persistence mode on"
+    assert _detect(tmp_path, "\n".join([*_steps(0, 20), kernel]), capsys)["symptom"] == "healthy"
+
+
 def test_without_timestamps_the_output_says_the_log_alone_cannot_tell(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
