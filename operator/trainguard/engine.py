@@ -164,6 +164,8 @@ class Engine:
         shards: shards_mod.Ownership | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.node_actions = sorted(base.node_actions(scheduler))
+        """The policy actions that let the scheduler take a node out of service (``base.node_actions``)."""
         self.shards = shards
         """With ``--shards N``: the shards this replica holds; it tracks and acts on their workloads only,
         and is the executor's fence (each mutation fenced on its workload's shard; ``shards.py``)."""
@@ -1145,12 +1147,13 @@ class Engine:
             rt.spec, workload=rt.workload, attempt=attempt, anomaly=anomaly, verdict=verdict, history=history,
             job=job, generation=generation, now=now, policy_name=rt.policy_name,
             partition_nodes=partition_nodes, own_exclusions=own, allocation=placed,
+            node_actions=self.node_actions,
         )
         if rt.route is not None:
             item = item.model_copy(update={"route": rt.route})
         await self.journal.decided(verdict=verdict, at=now, job=job, history=history, generation=generation,
                                    partition_nodes=partition_nodes, own_exclusions=own, allocation=sorted(placed),
-                                   route=rt.route, item=item)
+                                   route=rt.route, item=item, node_actions=self.node_actions)
         rt.history = ledger.record_advice(rt.history, attempt, generation, item.action, item.exclude_nodes)
         # An advice that asks for nothing (a recorded straggler) must not keep a later real failure
         # of the same attempt from being advised.

@@ -379,9 +379,10 @@ class OperatorSettings(Settings):
                                    json_schema_extra=_flag(metavar="SECONDS"))
     retention: float = Field(3600.0, gt=0, description="keep a WorkloadRecovery this long after its job is no "
                              "longer tracked", json_schema_extra=_flag(metavar="SECONDS"))
-    slinky_namespace: str | None = Field(None, description="namespace of a Slinky cluster's slurmd pods: lemon nodes "
-                                         "of Action-mode advice are cordoned in Kubernetes (policy must allow "
-                                         "cordonNode); needs manifests/slinky", json_schema_extra=_flag(metavar="NS"))
+    slinky_namespace: str | None = Field(None, description="namespace of a Slinky cluster's slurmd pods: a lemon node "
+                                         "is taken out of service by cordoning its Kubernetes node, an executor step "
+                                         "(policy allows drainNode or cordonNode); needs manifests/slinky",
+                                         json_schema_extra=_flag(metavar="NS"))
 
     @field_validator("namespace", mode="before")
     @classmethod

@@ -79,6 +79,8 @@ class AdviceEntry(BaseModel):
     generation: int
     partition_nodes: int | None = None
     own_exclusions: list[str] = Field(default_factory=list)
+    node_actions: list[str] = Field(default_factory=lambda: ["drainNode"])
+    """The installation's ways to take a node out of service (``schedulers.base.node_actions``)."""
     allocation: list[str] = Field(default_factory=list)
     route: routing.Route | None = None
     advice: advice.Advice

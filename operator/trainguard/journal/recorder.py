@@ -100,7 +100,7 @@ class Recorder:
     async def decided(
         self, *, verdict: verdicts.Verdict, at: float, job: workloads.JobSnapshot, history: ledger.WorkloadHistory,
         generation: int, partition_nodes: int | None, own_exclusions: Sequence[str], allocation: Sequence[str],
-        route: routing.Route | None, item: advice.Advice,
+        route: routing.Route | None, item: advice.Advice, node_actions: Sequence[str] = ("drainNode",),
     ) -> None:
         if self.store is None:
             return
@@ -112,7 +112,7 @@ class Recorder:
         entry = entries.AdviceEntry(
             at=at, attribution=found[1], job=job, history=history, generation=generation,
             partition_nodes=partition_nodes, own_exclusions=list(own_exclusions), allocation=sorted(allocation),
-            route=route, advice=item,
+            route=route, advice=item, node_actions=sorted(node_actions),
         )
         await self._write(item.workload, item.attempt, entries.ADVICE, at, entry)
 

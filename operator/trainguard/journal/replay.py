@@ -54,6 +54,7 @@ def decision(
         spec, workload=item.workload, attempt=item.attempt, anomaly=item.anomaly, verdict=verdict,
         history=entry.history, job=entry.job, generation=entry.generation, now=entry.at, policy_name=policy_name,
         partition_nodes=entry.partition_nodes, own_exclusions=entry.own_exclusions, allocation=set(entry.allocation),
+        node_actions=entry.node_actions,
     )
     if entry.route is not None:
         result = result.model_copy(update={"route": entry.route})

@@ -47,7 +47,10 @@ POLICY_INVALID: Final = "PolicyInvalid"
 LEFT_ALONE: Final = "LeftAlone"
 """Somebody else's decision about the workload (a person's cancel, requeue, suspend or deletion, the
 scheduler's time limit) seen, recorded and not acted on (``act.whose``)."""
-NODE_CORDONED: Final = "NodeCordoned"
+NODE_OUT_OF_SERVICE: Final = "NodeOutOfService"
+"""We took a node out of service (a Slurm drain; on Slinky a cordon of its Kubernetes node)."""
+NODE_RETURNED: Final = "NodeReturned"
+"""We put a node we had taken out of service back (``undrainAfter`` or a person's undo)."""
 """A Kubernetes node behind a suspect Slinky Slurm node was cordoned (Slinky then drains it)."""
 
 SOURCE_COMPONENT: Final = "trainguard-operator"
@@ -105,6 +108,12 @@ def draft_for(kind: str, payload: Mapping[str, Any]) -> Draft | None:
     if kind == vocab.AuditKind.ACTION and payload.get("status") == "not-ours":
         return Draft(NORMAL, LEFT_ALONE, f"{payload.get('detail', '?')} ({payload.get('by', '?')}'s decision): "
                                          "recorded, not acted on")
+    if kind == vocab.AuditKind.ACTION and payload.get("status") == "done":
+        node = (payload.get("arguments") or {}).get("node")
+        if payload.get("operation") == "drain_node":
+            return Draft(NORMAL, NODE_OUT_OF_SERVICE, f"node {node} taken out of service (step {payload.get('step')})")
+        if payload.get("operation") == "resume_node":
+            return Draft(NORMAL, NODE_RETURNED, f"node {node} put back in service (step {payload.get('step')})")
     if kind == vocab.AuditKind.OUTCOME:
         disposition = payload.get("disposition")
         generation = payload.get("generation", "?")

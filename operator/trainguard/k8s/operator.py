@@ -63,7 +63,7 @@ from trainguard.k8s import (
     recovery,
     review,
     shard_leases,
-    slinky,
+    slinky_nodes,
     status,
 )
 from trainguard.k8s import kube_signals as kube_signals_mod
@@ -71,7 +71,6 @@ from trainguard.k8s.kubejobs import scheduler as kube_scheduler
 from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
-from trainguard.policy import model as policy_model
 from trainguard.schedulers import base, composite, factory, tokens
 from trainguard.signals import gpu_metrics as gpu_metrics_mod
 from trainguard.signals import loki, loki_book, sources, victorialogs
@@ -135,8 +134,9 @@ class OperatorConfig:
     rest_fallback: str = "slurm-local"
     patterns_files: tuple[Path, ...] = ()
     slinky_namespace: str | None = None
-    """Namespace of a Slinky cluster's slurmd pods; when set, lemon nodes of Action-mode advice are
-    isolated by cordoning their Kubernetes node (policy must allow ``cordonNode``)."""
+    """Namespace of a Slinky cluster's slurmd pods; when set, the Slurm scheduler is wrapped in
+    ``k8s.slinky_nodes.SlinkyScheduler``: a lemon node is taken out of service by the executor as a
+    cordon of its Kubernetes node (policy allows ``drainNode`` or ``cordonNode``), like any drain."""
     victorialogs: victorialogs.Config | None = None
     """Read job output from this VictoriaLogs server instead of the output files (``signals.sources``)."""
     loki: loki_book.Config | None = None
@@ -319,39 +319,6 @@ class Shell:
         draft = events.draft_for(kind, payload)
         if draft is not None:
             await events.post(self.api, ref, draft, self.now())
-        if kind == vocab.AuditKind.ADVICE:
-            await self._isolate(rt, payload, ref)
-
-    async def _isolate(self, rt: engine_mod.WorkloadRuntime, payload: dict[str, object],
-                       ref: events.ObjectRef) -> None:
-        """Slinky: cordon the Kubernetes nodes behind the advice's lemon nodes, when the policy
-        allows cordonNode, the advice is in Action mode and the cluster-wide switch is on."""
-        nodes = payload.get("drain_nodes")
-        if (self.api is None or not self.config.slinky_namespace or not self.config.allow_action
-                or payload.get("mode") != vocab.Mode.ACTION or not isinstance(nodes, list) or not nodes
-                or rt.spec is None or policy_model.ActionName.CORDON_NODE not in rt.spec.actions.allowed):
-            return
-        try:
-            placements = await slinky.discover(self.api, self.config.slinky_namespace)
-        except client.API_ERRORS as exc:
-            logger.warning("%s: cannot map Slurm nodes to Kubernetes nodes: %s", rt.workload, client.message_of(exc))
-            return
-        for slurm_node in (str(n) for n in nodes):
-            placement = placements.get(slurm_node)
-            if placement is None or placement.kube_node is None:
-                logger.warning("%s: no slurmd pod of Slurm node %s in %s; not cordoned", rt.workload, slurm_node,
-                               self.config.slinky_namespace)
-                continue
-            reason = slinky.cordon_reason(slurm_node, f"lemon node of {rt.workload}")
-            try:
-                result = await slinky.cordon(self.api, placement.kube_node, reason)
-            except client.API_ERRORS as exc:
-                logger.warning("%s: cordon of %s failed: %s", rt.workload, placement.kube_node, client.message_of(exc))
-                continue
-            if result == slinky.Result.DONE:
-                message = f"Kubernetes node {placement.kube_node} (Slurm node {slurm_node}) cordoned: {reason}"
-                await events.post(self.api, ref, events.Draft(events.NORMAL, events.NODE_CORDONED, message),
-                                  self.now())
 
     async def _view(self, rt: engine_mod.WorkloadRuntime) -> status.WorkloadView:
         steps: list[actions.ActionRecord] = []
@@ -548,6 +515,11 @@ class Shell:
             if spec == kube_wiring.SPEC:
                 # the served namespaces (--namespace); --all-namespaces: every namespace
                 opened.append(await kube_wiring.open_scheduler(namespaces=config.namespaces))
+            elif config.slinky_namespace:
+                # Slurm on Slinky: its nodes are taken out of service by a cordon, through the executor
+                opened.append(slinky_nodes.SlinkyScheduler(
+                    factory.open_scheduler(spec, env=env, jwt=config.jwt, fallback=fallback), self.api,
+                    config.slinky_namespace))
             else:
                 opened.append(factory.open_scheduler(spec, env=env, jwt=config.jwt, fallback=fallback))
         self.scheduler = opened[0] if len(opened) == 1 else composite.CompositeScheduler(opened)

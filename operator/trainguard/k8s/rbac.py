@@ -79,8 +79,9 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("allNamespaces", "cluster", "apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch"),
          "kopf's resource scanning, on only when serving every namespace (k8s/operator.configure)"),
     # slinky ----------------------------------------------------------------------------------
-    Rule("slinky", "cluster", "", ("nodes",), ("get", "patch"),
-         "cordon a lemon node with Slinky's node-cordon-reason annotation, Action mode only (k8s/slinky.py)"),
+    Rule("slinky", "cluster", "", ("nodes",), ("get", "list", "patch"),
+         "cordon a lemon node with Slinky's node-cordon-reason annotation, Action mode only (k8s/slinky.py); "
+         "list them to see which Slurm nodes are cordoned (k8s/slinky_nodes.py)"),
     Rule("slinky", "slinky", "", ("pods",), ("list",),
          "slurmd pods map Slurm node names to Kubernetes nodes (k8s/slinky.py)"),
     # peering ---------------------------------------------------------------------------------

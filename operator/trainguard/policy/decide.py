@@ -77,6 +77,7 @@ def decide(
     partition_nodes: int | None = None,
     own_exclusions: Collection[str] | None = None,
     allocation: Collection[str] | None = None,
+    node_actions: Collection[str] = ("drainNode",),
 ) -> advice.Advice:
     """The Advice of generation ``generation`` for (``workload``, ``attempt``).
 
@@ -84,6 +85,8 @@ def decide(
     guards against excluding so many nodes that the job can no longer be scheduled.
     ``own_exclusions`` are the nodes Trainguard itself excluded for this workload (None: the
     ledger's); ``allocation`` every node an attempt of it was placed on (None: the job's nodes).
+    ``node_actions`` are the policy actions by which this installation takes a node out of service
+    (``schedulers.base.node_actions``: ``drainNode``, and ``cordonNode`` on Slinky).
     """
     reasons: list[str] = []
 
@@ -97,7 +100,7 @@ def decide(
             action=action,
             exclude_nodes=list(exclude),
             drain_nodes=list(drain),
-            drain_in_scheduler=model.ActionName.DRAIN_NODE in spec.actions.allowed,
+            drain_in_scheduler=bool({str(a) for a in spec.actions.allowed} & set(node_actions)),
             reasons=reasons,
             mode=spec.mode,
             deadline=now + delay + spec.watchdog.deadline,
@@ -145,7 +148,7 @@ def decide(
             own=own_exclusions, allocation=allocation,
         )
     if verdict.lemon_nodes and wanted != Action.NONE:
-        drain = _drains(spec, _placed(verdict.lemon_nodes, job, allocation, reasons), reasons)
+        drain = _drains(spec, _placed(verdict.lemon_nodes, job, allocation, reasons), reasons, node_actions)
 
     action = _allowed(spec, wanted, reasons)
     if action != Action.REQUEUE and exclude:
@@ -396,15 +399,23 @@ def _placed(
     return [node for node in nodes if node in placed]
 
 
-def _drains(spec: model.RecoveryPolicySpec, lemons: Sequence[str], reasons: list[str]) -> list[str]:
+def _drains(spec: model.RecoveryPolicySpec, lemons: Sequence[str], reasons: list[str],
+            node_actions: Collection[str]) -> list[str]:
+    """The lemon nodes the advice names to take out of service. They are carried out only when the
+    policy allows one of the installation's ``node_actions``; otherwise they stay on record and the
+    reason says why nothing happens to them."""
     if not lemons or not spec.exclusion.drain_lemon_nodes:
         return []
-    allowed = spec.actions.allowed
+    allowed = {str(a) for a in spec.actions.allowed}
     if model.ActionName.DRAIN_NODE not in allowed and model.ActionName.CORDON_NODE not in allowed:
         reasons.append(
             f"drainLemonNodes is on but neither drainNode nor cordonNode is allowed: {', '.join(lemons)} not drained"
         )
         return []
+    if not allowed & set(node_actions):
+        reasons.append(f"lemon node(s) {', '.join(lemons)} not drained: the policy allows only cordonNode, and this "
+                       "installation cordons no Kubernetes node behind its Slurm nodes (Slinky: --slinky-namespace)")
+        return list(lemons)
     reasons.append(f"drain lemon node(s) {', '.join(lemons)} (drainLemonNodes)")
     return list(lemons)
 

@@ -9,12 +9,24 @@ is success, not an error. Errors that mean "cannot do this here" raise
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from trainguard.model import workloads
 
 OUR_REASON_PREFIX = "trainguard:"
 """Every reason/comment we write starts with this, so we only ever undo our own changes."""
+
+
+DRAINS: Final = frozenset({"drainNode"})
+"""``node_actions`` of a scheduler that drains its own nodes (Slurm; a Kubernetes node's cordon plus taint)."""
+
+
+def node_actions(scheduler: object) -> frozenset[str]:
+    """The policy actions (``actions.allowed`` names) that let this scheduler's ``drain_node`` take a
+    node out of service: ``drainNode`` everywhere, and ``cordonNode`` too where a drain *is* a
+    Kubernetes cordon (Slinky: ``k8s.slinky_nodes``). A policy that allows neither drains nothing.
+    An adapter says so with a ``node_actions`` attribute; without one it drains."""
+    return frozenset(getattr(scheduler, "node_actions", DRAINS))
 
 
 class SchedulerError(RuntimeError):

@@ -27,6 +27,8 @@ class CompositeScheduler:
         self.children = tuple(children)
         self.name = "+".join(child.name for child in self.children)
         self._owner: dict[str, base.Scheduler] = {}
+        self.node_actions = frozenset().union(*(base.node_actions(child) for child in self.children))
+        """Every child's (``base.node_actions``): each drain goes to the child that owns the node."""
 
     async def list_jobs(self) -> list[workloads.JobSnapshot]:
         found: list[workloads.JobSnapshot] = []

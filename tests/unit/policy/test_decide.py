@@ -65,6 +65,7 @@ def _decide(
     attempt: int = 0,
     partition_nodes: int | None = None,
     allocation: list[str] | None = None,
+    node_actions: tuple[str, ...] = ("drainNode",),
 ) -> advice.Advice:
     return decide.decide(
         spec or _spec(),
@@ -79,6 +80,7 @@ def _decide(
         policy_name="gpu",
         partition_nodes=partition_nodes,
         allocation=allocation,
+        node_actions=node_actions,
     )
 
 
@@ -303,8 +305,12 @@ def test_lemon_drain_needs_the_switch_and_an_allowed_action() -> None:
     cordon = _spec(exclusion={"drainLemonNodes": True}, actions={"allowed": ["requeue", "cordonNode"]})
     cordoned = _decide(cordon, verdict=verdict)
     assert cordoned.drain_nodes == ["n2"]
-    # cordonNode alone lets the Kubernetes shell cordon the node; the Slurm node is not drained.
+    # cordonNode alone: where a drain is no cordon (plain Slurm), nothing is taken out of service and
+    # the advice says why; on Slinky (a drain is a cordon of the Kubernetes node) it is carried out.
     assert not cordoned.drain_in_scheduler
+    assert any("this installation cordons no Kubernetes node" in reason for reason in cordoned.reasons)
+    on_slinky = _decide(cordon, verdict=verdict, node_actions=("drainNode", "cordonNode"))
+    assert on_slinky.drain_nodes == ["n2"] and on_slinky.drain_in_scheduler
 
 
 @pytest.mark.parametrize(
