@@ -143,7 +143,7 @@ def test_scorecard_scores_a_requeue_a_drain_and_an_ignored_advice(
     assert (summary["agreement_rate"], summary["ready_for_action"]) == (1.0, True), summary
 
     # --policy filters: another policy's name gives nothing
-    assert _scorecard(slurm_cluster, runner, "--policy", "no-such-policy") == []
+    assert _scorecard(slurm_cluster, runner, "--policy-name", "no-such-policy") == []
 
     # The API after the drain was resumed: the same scores, B's drain from the engine's snapshot
     api_rows = {str(r["workload"]).rsplit("/", 1)[-1]: r for r in card["items"]}

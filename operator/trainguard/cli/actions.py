@@ -45,8 +45,8 @@ def add_parser(sub: Any) -> None:
                               description="Clear the runtime pause. Audited.")
     status = verbs.add_parser("status", help="print whether actions are paused, by whom and why",
                               description="Print the runtime pause and the breaker as stored.")
-    status.add_argument("--format", choices=("text", "json"), default="text",
-                        help="json: one object {paused, reason, by, since, breaker}; text: one line each (default)")
+    common.add_format_argument(status, json_help="one object {paused, reason, by, since, breaker}",
+                               text_help="one line each")
     reset = verbs.add_parser("reset-breaker", help="close the blast-radius breaker an administrator's cap opened",
                              description="Close the latched breaker: Action-mode policies act again on new decisions "
                              "(what it stopped stays closed). Audited.")

@@ -31,6 +31,6 @@ def test_everything_configured_and_good(slurm_cluster: slurm.SlurmCluster, victo
     not_ok = {c["name"]: c["status"] for c in run.checks if c["status"] != "ok"}
     assert not_ok == {"loki": "warn"}, run.checks
     assert [c["name"] for c in run.checks] == [
-        "config", "policies", "patterns", "slurmrestd", "scheduler", "slurm.JobRequeue", "slurm.job_comment",
+        "config", "policies", "patterns", "http", "slurmrestd", "scheduler", "slurm.JobRequeue", "slurm.job_comment",
         "database", "database.schema", "database.writable", "victorialogs", "victorialogs.streams",
         "victorialogs.lag", "loki", "prometheus", "prometheus.dcgm", "prometheus.hostnames"]

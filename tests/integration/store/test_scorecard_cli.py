@@ -67,7 +67,7 @@ def test_json_rows_and_summary(db_url: str, capsys: pytest.CaptureFixture[str], 
     assert summary["not_ready_because"] == ["only 3 scored advice (need 5)", "agreement 67% below 80%",
                                             "1 harmful advice"]
 
-    assert cli.main(["scorecard", "--db", db_url, "--format", "json", "--policy", "other"]) == 0
+    assert cli.main(["scorecard", "--db", db_url, "--format", "json", "--policy-name", "other"]) == 0
     assert capsys.readouterr().out == ""
     assert cli.main(["scorecard", "--db", db_url, "--workload", "slurm/cli/1"]) == 0
     table = capsys.readouterr().out

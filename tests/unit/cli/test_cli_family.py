@@ -19,7 +19,7 @@ from trainguard.settings import EngineSettings
 pytestmark = pytest.mark.unit
 
 TRAINGUARD = Path(sys.executable).with_name("trainguard")
-OTHERS_OWN = {("detect",), ("actions", "status")}
+OTHERS_OWN = {("detect",)}
 
 
 @pytest.fixture(autouse=True)
