@@ -66,15 +66,26 @@ TRIGGER_EXPRESSIONS = (
     rb"\bincreased rss\b",
     rb"Init COMPLETE|Training Started|Start(?:ing)? training|Running training|training starts",
     rb"Validation sanity check|\bEpoch 0\b|initialization complete|Init done",
+    # a rank's own figure: "[rank5] step time: 4.81 s"
+    rb"\brank[ \t:=#]*[0-9]{1,6}\b[^\n]{0,200}\b(?:time|latency|wait)[ \t]*(?:\((?:ms|s)\))?[ \t]*[:=]",
 )
 """Case-insensitive, ``^`` at line starts; ``postmortem_reading`` runs them as one Hyperscan database."""
 TRIGGER = re.compile(rb"(?i)(?:" + b"|".join(TRIGGER_EXPRESSIONS) + rb")", re.MULTILINE)
 """Lines worth offering to ``Collector.feed`` (bytes, searched over whole blocks by the reader)."""
 
-_HEADER = re.compile(r"(?i)^[ \t|]*rank[ \t|]+(.*)$")
+_HEADER = re.compile(r"(?i)^[ \t|]*rank[ \t|]+([a-z_][^:=]*)$")
+"""A table header: "rank" then column names (not "Rank 3 | ...: 4.2", a rank's own line)."""
 _ROW = re.compile(r"^[ \t|]*(\d{1,6})((?:[ \t|]+-?\d+(?:\.\d+)?)+)[ \t|]*$")
 _MINMAX = re.compile(r"(?i)\b(min|mn|max|mx)([a-z]+)/r(?:a)?n?k:\s*(\d+(?:\.\d+)?)\s*([a-z%]*)/(\d+)")
 _MEMORY = re.compile(r"(?i)\b(used|rss)[:=] ?(\d+(?:\.\d+)?) ?([kmgt])i?b?\b")
+_RANK_FIGURE = re.compile(
+    r"(?i)\brank[ \t:=#]*([0-9]{1,6})\b[^\n]{0,200}?\b((?:[a-z][a-z_-]*[ _-])?(?:time|latency|wait))"
+    r"[ \t]*(?:\((?:ms|s)\))?[ \t]*[:=][ \t]*(\d+(?:\.\d+)?)"
+)
+"""One rank's own figure on a line: "[rank5] step time: 4.81 s", "Rank 2 | data wait = 120"."""
+_MAX_FIGURES = 4096
+"""Ranks x metrics remembered from per-rank lines (each keeps its last ``_FIGURES_PER_RANK`` values)."""
+_FIGURES_PER_RANK = 32
 _TIME_WORDS = re.compile(r"(?i)time|rtt|lat|ms$|_s$|sec")
 _RATE_WORDS = re.compile(r"(?i)throughput|tput|tflop|tf$|samples|tokens")
 _WAIT_WORDS = re.compile(r"(?i)wait|idle|sync")
@@ -174,6 +185,8 @@ class Collector:
     last_init: tuple[int, str] | None = None
     stragglers: list[anomalies.Anomaly] = field(default_factory=list)
     memory: list[tuple[int, str, float]] = field(default_factory=list)
+    figures: dict[tuple[str, int], tuple[deque[float], tuple[int, str]]] = field(default_factory=dict)
+    """(metric, rank) -> its last values and its last line, from per-rank lines."""
     _table: _Table | None = None
 
     @property
@@ -203,21 +216,48 @@ class Collector:
             self._close_table()
         if (header := _HEADER.match(text)) is not None:
             columns = [c for c in re.split(r"[ \t|]+", header.group(1).strip()) if c]
-            if columns:
+            if any(_TIME_WORDS.search(c) or _WAIT_WORDS.search(c) for c in columns):
                 self._table = _Table(lineno, text, columns)
                 return
         if INIT.search(text):
             self.last_init = (lineno, text)
         if _MINMAX.search(text):
             self._minmax(lineno, text)
+        if (figure := _RANK_FIGURE.search(text)) is not None:
+            key = (figure.group(2).lower().replace("-", "_").replace(" ", "_"), int(figure.group(1)))
+            if key in self.figures or len(self.figures) < _MAX_FIGURES:
+                values, _ = self.figures.get(key, (deque(maxlen=_FIGURES_PER_RANK), (lineno, text)))
+                values.append(float(figure.group(3)))
+                self.figures[key] = (values, (lineno, text))
         for m in _MEMORY.finditer(text):
             scale = {"k": 1e-6, "m": 1e-3, "g": 1.0, "t": 1e3}[m.group(3).lower()]
             if len(self.memory) < 10_000:
                 self.memory.append((lineno, text, float(m.group(2)) * scale))
 
     def finish(self) -> None:
-        """The file ended: a table still open is complete."""
+        """The file ended: a table still open is complete; per-rank lines are compared."""
         self._close_table()
+        if self.stragglers:
+            return
+        metrics: dict[str, list[tuple[int, float]]] = {}
+        for (metric, rank), (values, _) in self.figures.items():
+            metrics.setdefault(metric, []).append((rank, statistics.median(values)))
+        for metric, ranked in metrics.items():
+            largest = max((abs(v) for _, v in ranked), default=0.0)
+            apart = _apart(ranked, largest, low=bool(_WAIT_WORDS.search(metric)))
+            if not apart:
+                continue
+            ranks = sorted(rank for rank, _ in apart)
+            others = [v for rank, v in ranked if rank not in ranks]
+            peer = next(rank for rank, _ in sorted(ranked) if rank not in ranks)
+            lines = [self.figures[(metric, rank)][1] for rank in ranks[:19]] + [self.figures[(metric, peer)][1]]
+            summary = (
+                f"per-rank figures: rank(s) {', '.join(map(str, ranks))} at {_span(apart)} in {metric} where the "
+                f"other {len(others)} ranks' median is {statistics.median(others):g}"
+                + (" (the others wait for them)" if _WAIT_WORDS.search(metric) else "")
+            )
+            self.stragglers.append(_straggler(sorted(lines), ranks, summary))
+            return
 
     def _close_table(self) -> None:
         table, self._table = self._table, None
@@ -225,17 +265,17 @@ class Collector:
             return
         largest = max((abs(v) for _, _, _, values in table.rows for v in values), default=0.0)
         for index, name in enumerate(table.columns):
-            if _WAIT_WORDS.search(name) or not _TIME_WORDS.search(name):
+            if not _TIME_WORDS.search(name) and not _WAIT_WORDS.search(name):
                 continue
-            slow = _slow_group([(rank, values[index]) for _, _, rank, values in table.rows], largest)
+            column = [(rank, values[index]) for _, _, rank, values in table.rows]
+            slow = _apart(column, largest, low=bool(_WAIT_WORDS.search(name)))
             if slow:
                 ranks = sorted(rank for rank, _ in slow)
                 rows = [(lineno, text) for lineno, text, rank, _ in table.rows if rank in ranks]
                 others = [values[index] for _, _, rank, values in table.rows if rank not in ranks]
-                low, high = min(v for _, v in slow), max(v for _, v in slow)
                 summary = (
                     f"per-rank table at line {table.header_line}: rank(s) {', '.join(map(str, ranks))} at "
-                    f"{low:g}-{high:g} in {name} where the other ranks' median is {statistics.median(others):g}"
+                    f"{_span(slow)} in {name} where the other ranks' median is {statistics.median(others):g}"
                 )
                 self.stragglers.append(_straggler([(table.header_line, table.header), *rows], ranks, summary))
                 return
@@ -264,22 +304,34 @@ class Collector:
             return
 
 
-def _slow_group(values: list[tuple[int, float]], largest: float) -> list[tuple[int, float]]:
-    """The minority of ranks whose time stands apart from the rest by a wide gap, or []."""
+def _apart(values: list[tuple[int, float]], largest: float, *, low: bool) -> list[tuple[int, float]]:
+    """The minority of ranks whose figure stands apart from the rest by a wide gap, or [].
+
+    ``low``: for waits, where the rank the others wait for is the one that waits least; otherwise
+    the slow ranks are the ones with the highest time. The gap between the two groups is at least
+    ``TABLE_GAP`` (a ratio) and ``TABLE_SHARE`` of the largest figure (an absolute size).
+    """
     ordered = sorted(values, key=lambda item: item[1])
     if len(ordered) < MIN_RANKS or largest <= 0:
         return []
     median = statistics.median(v for _, v in ordered)
+    splits = range(1, len(ordered) // 2 + 1) if low else range((len(ordered) + 1) // 2, len(ordered))
     best: list[tuple[int, float]] = []
     best_gap = 0.0
-    for split in range((len(ordered) + 1) // 2, len(ordered)):
+    for split in splits:
         below, above = ordered[split - 1][1], ordered[split][1]
         gap = above / below if below > 0 else (float("inf") if above > 0 else 0.0)
         if gap > best_gap:
-            best_gap, best = gap, ordered[split:]
-    if best_gap < TABLE_GAP or not best or best[0][1] - median < TABLE_SHARE * largest:
+            best_gap, best = gap, (ordered[:split] if low else ordered[split:])
+    if best_gap < TABLE_GAP or not best:
         return []
-    return best
+    size = median - max(v for _, v in best) if low else best[0][1] - median
+    return best if size >= TABLE_SHARE * largest else []
+
+
+def _span(group: list[tuple[int, float]]) -> str:
+    low, high = min(v for _, v in group), max(v for _, v in group)
+    return f"{low:g}" if low == high else f"{low:g}-{high:g}"
 
 
 def _straggler(lines: list[tuple[int, str]], ranks: list[int], summary: str) -> anomalies.Anomaly:

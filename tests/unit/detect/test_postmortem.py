@@ -151,6 +151,29 @@ def test_a_per_rank_table_in_line_and_noise_in_tiny_columns_stay_healthy(
     assert _detect(tmp_path, pair, capsys)["symptom"] == "healthy"
 
 
+def test_per_rank_step_and_wait_lines_name_the_rank_out_of_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    step = [f"[rank{r}] iter {i} step time: {4.8 if r == 5 else 1.2:.2f} s" for i in range(3) for r in range(8)]
+    result = _detect(tmp_path, "\n".join(step), capsys)
+    assert (result["symptom"], result["category"], result["suspect_ranks"]) == ("straggler", "throughput_drop", [5])
+    assert "step_time" in str(result["summary"])
+    # Synchronous data parallel: the others wait in all-reduce for the slow rank, which waits least.
+    wait = [f"Rank {r} | allreduce wait (ms): {3 if r == 2 else 740 + r}" for r in range(6)]
+    result = _detect(tmp_path, "\n".join(wait), capsys)
+    assert (result["symptom"], result["suspect_ranks"]) == ("straggler", [2])
+    assert "wait for them" in str(result["summary"])
+    even = [f"[rank{r}] iter {i} step time: {1.2 + 0.01 * r:.2f} s" for i in range(3) for r in range(8)]
+    assert _detect(tmp_path, "\n".join(even), capsys)["symptom"] == "healthy"
+    timeouts = [
+        f"[rank{r}]:[E1119 13:21:12.5 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
+        f"timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for "
+        f"{1800000 + r} milliseconds before timing out."
+        for r in range(4)
+    ]
+    assert _detect(tmp_path, "\n".join(timeouts), capsys)["category"] == "nccl_timeout"
+
+
 def test_a_min_max_per_rank_pair_far_apart_names_the_slow_rank(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -181,6 +204,7 @@ def test_block_and_line_reading_agree_on_post_mortem_verdicts(hyperscan: matcher
         "noise line\n" * 5 + TABLE + "\nafter the table\n",
         "available: 254.1 GB, used: 101.6 GB\n" + "x\n" * 40 + "available: 250 GB, used: 140.0 GB\nKilled\n",
         "\n".join(f"Epoch: [1][{i}/5000] step {i}" for i in range(100)),
+        "\n".join(f"[rank{r}] iter {i} step time: {4.8 if r == 5 else 1.2:.2f} s" for i in range(9) for r in range(8)),
     ]
     for data in cases:
         fast, slow = equivalence.both(hyperscan, data.encode(), block_bytes=block_bytes)
