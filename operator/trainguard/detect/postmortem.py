@@ -226,9 +226,9 @@ class Collector:
         if (figure := _RANK_FIGURE.search(text)) is not None:
             key = (figure.group(2).lower().replace("-", "_").replace(" ", "_"), int(figure.group(1)))
             if key in self.figures or len(self.figures) < _MAX_FIGURES:
-                values, _ = self.figures.get(key, (deque(maxlen=_FIGURES_PER_RANK), (lineno, text)))
-                values.append(float(figure.group(3)))
-                self.figures[key] = (values, (lineno, text))
+                series, _ = self.figures.get(key, (deque(maxlen=_FIGURES_PER_RANK), (lineno, text)))
+                series.append(float(figure.group(3)))
+                self.figures[key] = (series, (lineno, text))
         for m in _MEMORY.finditer(text):
             scale = {"k": 1e-6, "m": 1e-3, "g": 1.0, "t": 1e3}[m.group(3).lower()]
             if len(self.memory) < 10_000:
