@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 from trainguard.model import anomalies, vocab
 
-TAIL_LINES = 64
-"""Last lines of the file kept for the silence analysis."""
+TAIL_LINES = 256
+"""Last lines of the file kept for the silence analysis (room for a kill's teardown after the silence)."""
 MIN_SILENCE_S = 1800.0
 """Shortest silence called a hang: the live detector's default hang timeout (``DetectionSettings``)."""
 CADENCE_FACTOR = 20.0
@@ -102,7 +102,7 @@ INIT = re.compile(
 )
 """The program finished starting up: a silence after it with no progress is a hang after initialisation."""
 CLEAN_END = re.compile(
-    r"(?i)finish(?:ed)?\b|complete[d]?\b|\bdone\b|exiting|exited normally|"
+    r"(?i)\bfinish(?:ed)?\b|\bcomplete[d]?\b|\bdone\b|\bexiting\b|exited normally|"
     r"max_epochs|max_steps|stopped|shutting down|goodbye|Synced|Run summary|Job finished"
 )
 """A line that says the run ended on purpose: a silence after the last step is then not a hang. A
@@ -376,29 +376,34 @@ def silence(collector: Collector, *, closing: tuple[int, str] | None = None) -> 
         return None
     anchor = max(marks, key=lambda mark: mark[0])
     after = [(n, t) for n, t in collector.tail if n > anchor[0]]
-    if any(CLEAN_END.search(t) and not OUTSIDE.search(t) for _, t in after):
+    if closing is not None and closing[0] <= anchor[0]:
         return None
-    # The program's last sign of life: the anchor, or a later line of its own.
-    life = anchor
     is_progress = anchor == collector.last_progress
-    for lineno, text in after:
-        if closing is not None and lineno >= closing[0]:
-            break
-        if not OUTSIDE.search(text) and stamp(text) is not None:
-            life = (lineno, text)
-    life_at = stamp(life[1])
-    if life_at is None:
-        return None
-    candidates = [closing] if closing is not None else [(n, t) for n, t in after if n > life[0] and OUTSIDE.search(t)]
+    threshold = _threshold(collector)
+    # Walk the lines after the anchor in order: the program's own timestamped lines move its last
+    # sign of life forward; the first outside line (or the given closing line) at least ``threshold``
+    # after it is the end of the silence. Lines after that (the teardown of the kill) do not count.
+    life, life_at = anchor, stamp(anchor[1])
     best: tuple[float, tuple[int, str]] | None = None
-    for lineno, text in candidates:
+    for lineno, text in after if closing is None else [*[(n, t) for n, t in after if n < closing[0]], closing]:
         at = stamp(text)
-        if at is None or (closing is None and at.kind != life_at.kind):
+        outside = OUTSIDE.search(text) is not None
+        if closing is not None and (lineno, text) != closing and outside:
+            continue  # a monitor line before the known end: neither a sign of life nor the end
+        outside = outside or (lineno, text) == closing
+        if not outside:
+            if CLEAN_END.search(text):
+                return None  # the run ended on purpose before anything closed a silence
+            if at is not None:
+                life, life_at = (lineno, text), at
+            continue
+        if at is None or life_at is None or (closing is None and at.kind != life_at.kind):
             continue  # an outside line on another clock (a pasted dmesg beside the training log) closes nothing
         pair = _comparable(life_at, at)
-        if pair is not None and pair[1] - pair[0] > (best[0] if best else 0.0):
+        if pair is not None and pair[1] - pair[0] >= threshold:
             best = (pair[1] - pair[0], (lineno, text))
-    if best is None or best[0] < _threshold(collector):
+            break
+    if best is None:
         return None
     seconds, end = best
     what = (

@@ -57,6 +57,20 @@ def test_a_time_limit_hours_after_the_last_step_is_a_hang_with_both_lines_as_evi
     assert "3h35m" in str(result["summary"])
 
 
+def test_monitor_lines_before_the_time_limit_are_no_sign_of_life(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monitor = [f"2024-05-07 {h:02d}:00:00,000 - INFO - heartbeat monitor: gpu util 100%" for h in (11, 12, 13)]
+    teardown = [
+        "[2024-05-07 13:40:02,000] torch.distributed.elastic.agent.server.api: [WARNING] Received Signals.SIGTERM "
+        "death signal, shutting down workers",
+        "2024-05-07 13:40:03,000 - ERROR - run_until_complete raised",
+    ]
+    result = _detect(tmp_path, "\n".join([*_steps(0, 30), *monitor, TIME_LIMIT, *teardown]), capsys)
+    assert (result["symptom"], result["category"]) == ("hang", "progress_stalled")
+    assert "DUE TO TIME LIMIT" in result["evidence"][1]["text"]  # type: ignore[index]
+
+
 def test_a_time_limit_right_after_progress_stays_the_schedulers_kill(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
