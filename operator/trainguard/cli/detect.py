@@ -156,7 +156,8 @@ def _text(result: static.Result, max_evidence: int, kind: inputs.Kind = inputs.K
         lines.append(f"  {result.summary}")
     shown = result.evidence[:max_evidence]
     for index, item in enumerate(shown):
-        marker = "first cause" if index == 0 and result.symptom.value in ("crash", "hang") else item.pattern
+        first = index == 0 and result.symptom.value in ("crash", "hang") and not item.pattern.startswith("postmortem.")
+        marker = "first cause" if first else item.pattern  # a measured silence has no first-cause line
         lines.append(f"  line {item.line:>7} [{marker}] {item.text[:300]}")
     if len(result.evidence) > len(shown):
         lines.append(f"  ... {len(result.evidence) - len(shown)} more evidence lines")

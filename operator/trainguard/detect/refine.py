@@ -30,6 +30,8 @@ class Crash:
     evidence: list[anomalies.Evidence]
     summary: str
     confidence: float | None = None
+    keep_suspects: bool = True
+    """False when the rule names no culprit (a silence: the node a time limit ended on is no suspect)."""
 
 
 def crash(verdict: Crash, collector: postmortem.Collector) -> Crash:
@@ -51,9 +53,10 @@ def crash(verdict: Crash, collector: postmortem.Collector) -> Crash:
                 vocab.Symptom.HANG,
                 vocab.Category.PROGRESS_STALLED,
                 vocab.Attribution.UNKNOWN,
-                [*found.evidence, *verdict.evidence[1:]],
+                [*found.evidence, *(item for item in verdict.evidence[1:] if item.line != first.line)],
                 f"{found.summary}, which ended the run",
                 0.6,
+                keep_suspects=False,
             )
     if verdict.category == vocab.Category.OOM_HOST_KILLED and verdict.attribution == vocab.Attribution.UNKNOWN:
         # Rule: the kernel's OOM killer picks the process with the highest badness score, which is its

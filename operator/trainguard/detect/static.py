@@ -444,8 +444,8 @@ class FileAnalyzer:
                 verdict.category,
                 verdict.attribution,
                 verdict.evidence,
-                cause.suspect_nodes,
-                cause.suspect_ranks,
+                cause.suspect_nodes if verdict.keep_suspects else [],
+                cause.suspect_ranks if verdict.keep_suspects else [],
                 lines=lineno,
                 summary=verdict.summary,
             )

@@ -54,6 +54,8 @@ def test_a_time_limit_hours_after_the_last_step_is_a_hang_with_both_lines_as_evi
     assert isinstance(evidence, list)
     assert [e["line"] for e in evidence[:2]] == [30, 31]
     assert "step 129" in evidence[0]["text"] and "DUE TO TIME LIMIT" in evidence[1]["text"]
+    assert len(evidence) == 2  # the time-limit line once, as the end of the silence
+    assert (result["suspect_nodes"], result["suspect_ranks"]) == ([], [])  # the node it ended on is no culprit
     assert "3h35m" in str(result["summary"])
 
 
