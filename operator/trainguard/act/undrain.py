@@ -1,4 +1,4 @@
-"""Resuming the nodes we drained: our own drains end by a rule of time, never a person's drain.
+"""Resuming the nodes we took out of service: ours end by a rule of time, never a person's.
 
 Place in the loop: run by the engine's sweep (``engine.Engine.sweep``) after the watchdog. The
 rule (docs/policy.md "Resuming drained nodes"): a node is resumed once ``exclusion.undrainAfter``
@@ -15,6 +15,14 @@ of the policy under which we drained it has passed since our drain completed, if
 Time, not health, is the rule: Trainguard sees a node's health only through the failures of
 jobs that run on it, and a drained node runs none. A node that fails again after its resume is
 a lemon again (lemon memory keeps its incidents for ``lemonNodeWindow``) and is drained again.
+A node that is down when its time comes (Slurm ``DOWN``, a Kubernetes node not Ready) waits until
+it is up: putting back a node nobody can use would only hide it.
+
+Out of service means a drain (a ``drain_node`` row: Slurm's drain, a Kubernetes node's cordon and
+taint, a cordon on Slinky) and, on Kubernetes, an exclusion too: a workload's requeue that excludes
+nodes cordons and taints each of them for the whole cluster (an ``exclude_nodes`` row of a
+workload whose restart is a suspend cycle, ``steps.suspend_cycle``). Both end by this one rule.
+A Slurm exclusion is the job's own ``ExcNodeList`` and nobody else's: nothing to lift.
 
 Every resume is an action row (``resume_node:<node>``) under the advice generation that drained
 the node: the intent is committed before the scheduler is touched, and the unique key makes it
@@ -25,9 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from trainguard.act import ports
+from trainguard.act import ports, steps
 from trainguard.model import actions, clock, vocab
 
 logger = logging.getLogger(__name__)
@@ -60,6 +69,20 @@ RuleOf = Callable[[str], UndrainRule | None]
 
 _Key = tuple[str, int, int]
 
+DOWN_WORDS = frozenset({"DOWN", "FAIL", "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN"})
+"""Node state words that mean nobody can use the node now (Slurm's; a Kubernetes node not Ready reads DOWN)."""
+
+
+def nodes_out(operation: str, args: Mapping[str, Any]) -> list[str]:
+    """The nodes an action row (its operation and arguments) took out of service for the whole
+    cluster: a drain's node; a Kubernetes workload's exclusions (cordon plus taint of each node);
+    none for a Slurm job's ExcNodeList, which is the job's own."""
+    if operation == actions.Operation.DRAIN_NODE and args.get("node"):
+        return [str(args["node"])]
+    if operation == actions.Operation.EXCLUDE_NODES and steps.suspend_cycle(str(args.get("job_id", ""))):
+        return [str(n) for n in args.get("excluded_nodes") or []]
+    return []
+
 
 class Undrainer:
     """Resumes our drained nodes once their policy's time has passed; one per engine."""
@@ -73,13 +96,19 @@ class Undrainer:
         self._policy_of: dict[_Key, str] = {}
         """Advice key -> its policy name (advice rows never change)."""
 
+    async def _out_of_service(self) -> dict[str, actions.ActionRecord]:
+        """Node -> the latest done row of ours that took it out of service (see the module doc)."""
+        rows = await self._ledger.actions_by_operation([actions.Operation.DRAIN_NODE, actions.Operation.EXCLUDE_NODES])
+        latest: dict[str, actions.ActionRecord] = {}
+        for row in rows:  # oldest first: a node taken out twice waits for the later one
+            if row.status is actions.ActionStatus.DONE:
+                for node in nodes_out(row.operation, row.args):
+                    latest[node] = row
+        return latest
+
     async def sweep(self) -> list[actions.ActionRecord]:
         """One pass: the resume (or would-resume, or left-alone) rows written in it."""
-        drains = await self._ledger.actions_by_operation([actions.Operation.DRAIN_NODE])
-        latest: dict[str, actions.ActionRecord] = {}
-        for drain in drains:  # oldest first: a node drained twice waits for the later drain
-            if drain.status is actions.ActionStatus.DONE and drain.args.get("node"):
-                latest[str(drain.args["node"])] = drain
+        latest = await self._out_of_service()
         if not latest:
             return []
         done: dict[tuple[str, int, int, str], actions.ActionRecord] = {
@@ -108,6 +137,8 @@ class Undrainer:
             return None
         if await self._ledger.get_outcome(*key) is None:
             return None  # the executor still works on the generation that drained it
+        if await self._down(node):
+            return None  # waits until the node is up (module doc)
         if rule.mode is not vocab.Mode.ACTION:
             if (*key, WOULD_RESUME_STEP + node) in done:
                 return None
@@ -140,11 +171,9 @@ class Undrainer:
         action row the time rule writes (``resume_node:<node>`` under the drain's generation), with
         who asked for it, so it happens at most once per drain whoever asks.
         """
-        drains = [d for d in await self._ledger.actions_by_operation([actions.Operation.DRAIN_NODE])
-                  if d.status is actions.ActionStatus.DONE and d.args.get("node") == node]
-        if not drains:
+        drain = (await self._out_of_service()).get(node)
+        if drain is None:
             raise NotOurs(f"Trainguard did not drain {node}: nothing of ours to undo")
-        drain = drains[-1]
         key = (drain.workload, drain.attempt, drain.generation)
         existing = next((r for r in await self._ledger.actions_for(*key) if r.step == RESUME_STEP + node), None)
         if existing is not None and existing.status is not actions.ActionStatus.INTENT:
@@ -174,6 +203,11 @@ class Undrainer:
                 return None
             self._policy_of[key] = item.policy
         return self._rule_of(self._policy_of[key])
+
+    async def _down(self, node: str) -> bool:
+        snapshot = next((n for n in await self._scheduler.list_nodes() if n.name == node), None)
+        return snapshot is not None and any(word.rstrip("*~#%$@!^-") in DOWN_WORDS
+                                            for word in snapshot.state.upper().split("+"))
 
     async def _not_ours(self, node: str) -> str:
         """Why the node must be left alone, from a fresh read; "" when it is still our drain."""

@@ -531,7 +531,10 @@ async def acknowledge(request: web.Request) -> web.Response:
 
 # ---------------------------------------------------------------- nodes
 
-_NODE_OPS: Final = (actions.Operation.DRAIN_NODE.value, actions.Operation.RESUME_NODE.value)
+_NODE_OPS: Final = (actions.Operation.DRAIN_NODE.value, actions.Operation.RESUME_NODE.value,
+                     actions.Operation.EXCLUDE_NODES.value)
+"""Rows that take a node out of service or put it back (``act.undrain.nodes_out``: on Kubernetes an
+exclusion is a cordon plus taint of the node for everyone, undone like a drain)."""
 
 
 async def list_nodes(request: web.Request) -> web.Response:
@@ -552,16 +555,19 @@ async def list_nodes(request: web.Request) -> web.Response:
                if r.operation == actions.Operation.RESUME_NODE.value and r.status == actions.ActionStatus.DONE.value}
     latest_drain: dict[str, int] = {}
     for r in rows:
-        if r.operation == actions.Operation.DRAIN_NODE.value and r.status == actions.ActionStatus.DONE.value:
-            latest_drain[str(r.args.get("node", ""))] = r.id
+        if r.status == actions.ActionStatus.DONE.value:
+            for node in undrain.nodes_out(r.operation, r.args):
+                latest_drain[node] = r.id
     for r in rows:
-        node = str(r.args.get("node", ""))
-        if not node:
-            continue
-        undoable = (latest_drain.get(node) == r.id and (r.workload, r.attempt, r.generation, node) not in resumed)
-        item(node).actions.append(models.NodeAction(
-            workload=r.workload, attempt=r.attempt, generation=r.generation, step=r.step, operation=r.operation,
-            status=r.status, at=audit.iso_utc(r.updated_at), error=r.error, undoable=undoable))
+        names = undrain.nodes_out(r.operation, r.args) if r.operation != actions.Operation.RESUME_NODE.value \
+            else [str(r.args.get("node", ""))]
+        for node in (n for n in names if n):
+            undoable = (latest_drain.get(node) == r.id
+                        and (r.workload, r.attempt, r.generation, node) not in resumed)
+            item(node).actions.append(models.NodeAction(
+                workload=r.workload, attempt=r.attempt, generation=r.generation, step=r.step,
+                operation=r.operation, status=r.status, at=audit.iso_utc(r.updated_at), error=r.error,
+                undoable=undoable))
     return _json(models.NodeList(items=[nodes[n] for n in sorted(nodes)], since=audit.iso_utc(since)))
 
 

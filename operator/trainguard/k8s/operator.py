@@ -67,7 +67,6 @@ from trainguard.k8s import (
     status,
 )
 from trainguard.k8s import kube_signals as kube_signals_mod
-from trainguard.k8s.kubejobs import scheduler as kube_scheduler
 from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.model import actions, clock, vocab
 from trainguard.policy import loader
@@ -597,17 +596,6 @@ class Shell:
             _spawn(self.report_forever(self.term_stop), "workloadrecovery-report"),
             _spawn(self.coalescer.run(self.term_stop, self.write_status), "workloadrecovery-status"),
         ]
-        kube = kube_wiring.kube_of(self.scheduler)
-        if kube is not None:
-            self.term_tasks.append(_spawn(kube_wiring.sweep_forever(kube, self.term_stop, on_lift=self._record_lift),
-                                          "exclusion-sweep"))
-
-    async def _record_lift(self, item: kube_scheduler.Lifted) -> None:
-        """An exclusion of ours lifted by its TTL: a ``watchdog`` record of the workload that excluded
-        the node, so the audit log shows the end of every change we made to a node."""
-        if self.store is not None:
-            await self.store.record_node_watchdog(workload=item.exclusion.workload,
-                                                  payload=kube_wiring.lift_record(item), at=self.clock.now())
 
     async def _end_term(self, *, abort: bool = False) -> None:
         """Stop acting: the engine stops discovery and waits for in-flight recoveries, or, with

@@ -1096,18 +1096,6 @@ class AuditStore:
 
         await self._transaction(work)
 
-    async def record_node_watchdog(self, *, workload: str, payload: dict[str, object], at: float) -> None:
-        """A watchdog intervention on a node rather than on one attempt of the workload (an exclusion
-        of ours lifted by its TTL on Kubernetes): a ``watchdog`` record of the workload named by the
-        node's record, with no attempt."""
-
-        async def work(session: AsyncSession) -> None:
-            await self._ensure_workload(session, workload, at)
-            self._log(session, at=at, workload=workload, attempt=None, kind=vocab.AuditKind.WATCHDOG,
-                      payload=dict(payload), decided_by=vocab.Decider.WATCHDOG.value)
-
-        await self._transaction(work)
-
     async def record_effect(self, *, workload: str, attempt: int, payload: dict[str, object], at: float) -> None:
         """What one of our own actions was seen to do (``detect.own_actions``): an ``action`` record with
         status ``effect``, written instead of an anomaly, so our own requeue's kill lines are not a failure."""

@@ -26,7 +26,6 @@ from tests.support.kubejobs import install_workload_crds
 from trainguard.act import executor
 from trainguard.k8s import client, operator
 from trainguard.k8s.kubejobs import common, nodes, scheduler
-from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.model import advice, clock, vocab, workloads
 from trainguard.schedulers import base
 from trainguard.store import database
@@ -240,47 +239,16 @@ async def test_exclusion_is_cordon_plus_our_taint_and_only_ours_is_lifted(world:
 
     snapshot = {n.name: n for n in await w.adapter.list_nodes()}[n2]
     assert snapshot.drained and not snapshot.usable and snapshot.reason.startswith("trainguard:")
-    w.adapter.exclusion_ttl_s = 0.0  # the rule: TTL passed and the node is Ready
-    [lifted] = await w.adapter.sweep_exclusions()
-    assert (lifted.node, lifted.exclusion.workload, lifted.exclusion.cordoned) == (n2, wid, True)
+    record = nodes.exclusion_of(w.node(n2))
+    assert record is not None and (record.workload, record.cordoned) == (wid, True)
+    await w.adapter.resume_node(n2)  # the lift (act/undrain.py decides when): ours only
     node2 = w.node(n2)
     assert not node2["spec"].get("unschedulable") and node2["spec"]["taints"] == [PERSON_TAINT]
     assert w.node(n3)["spec"]["unschedulable"] is True
 
 
-async def test_a_lifted_exclusion_is_a_watchdog_record_of_the_workload_that_made_it(
-        world: World, tmp_path: Path) -> None:
-    """An exclusion is cluster-wide on Kubernetes, so its end is a change of ours to the node too: the
-    sweep hands each lift to the operator, which writes it to the audit log before the next round."""
-    w = world
-    wid = w.jobset("train")
-    w.jobset_pods("train", layout(w))
-    n2 = w.nodes[1]
-
-    await w.in_cache(wid)
-    await w.adapter.exclude_nodes(wid, [n2])
-    w.adapter.exclusion_ttl_s = 0.0
-    store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
-    stop = asyncio.Event()
-
-    async def record(item: scheduler.Lifted) -> None:
-        await store.record_node_watchdog(workload=item.exclusion.workload, payload=kube_wiring.lift_record(item),
-                                         at=1_800_000_000.0)
-        stop.set()
-
-    try:
-        await asyncio.wait_for(kube_wiring.sweep_forever(w.adapter, stop, interval_s=0.2, on_lift=record), 60)
-        [row] = await store.audit_records(workload=wid, kind=vocab.AuditKind.WATCHDOG)
-        assert row.attempt is None and row.decided_by == "watchdog"
-        assert row.payload["lifted_node"] == n2 and row.payload["cordon_lifted"] is True
-        assert row.payload["excluded_reason"].startswith("trainguard:")
-        assert f"exclusion of node {n2} lifted" in row.payload["reason"]
-    finally:
-        await store.close()
-    assert not nodes.has_our_taint(w.node(n2))
-
-
-async def test_a_not_ready_node_keeps_our_exclusion_past_the_ttl(world: World) -> None:
+async def test_a_not_ready_node_reads_down_so_the_lift_waits(world: World) -> None:
+    """act/undrain.py lifts an exclusion only from a node that is up: a node not Ready reads DOWN."""
     w = world
     wid = w.jobset("train")
     w.jobset_pods("train", layout(w))
@@ -291,8 +259,8 @@ async def test_a_not_ready_node_keeps_our_exclusion_past_the_ttl(world: World) -
     status_patch(w.kube, "node", n2, None, {"conditions": [
         {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "GPU fell off the bus",
          "lastHeartbeatTime": "2026-12-01T10:00:00Z", "lastTransitionTime": "2026-12-01T10:00:00Z"}]})
-    w.adapter.exclusion_ttl_s = 0.0
-    assert await w.adapter.sweep_exclusions() == []
+    snapshot = {n.name: n for n in await w.adapter.list_nodes()}[n2]
+    assert snapshot.drained and snapshot.state.split("+")[0] == "DOWN"
     assert nodes.has_our_taint(w.node(n2))
 
 

@@ -12,7 +12,7 @@ import pytest
 from tests.support import fake_scheduler
 from tests.unit.act.conftest import AdviceFactory
 from trainguard.act import executor, undrain
-from trainguard.model import actions, clock, vocab
+from trainguard.model import actions, advice, clock, vocab, workloads
 from trainguard.store import audit
 
 HOUR = 3600.0
@@ -191,3 +191,65 @@ async def test_an_intent_left_by_a_crash_is_settled_when_the_node_is_no_longer_o
     assert row.status is actions.ActionStatus.SKIPPED and "no longer ours" in row.error
     assert await sweeper.sweep() == []
     assert not any(call[0] == "resume_node" for call in scheduler.calls)
+
+
+K8S_WORKLOAD = "k8s/team/JobSet/train"
+
+
+async def _kubernetes_exclusion(store: audit.AuditStore, manual_clock: clock.ManualClock, node: str
+                                ) -> tuple[fake_scheduler.FakeScheduler, executor.Executor]:
+    """A Kubernetes workload's requeue that excludes ``node``, carried out by the real executor; the
+    node then shows as the Kubernetes adapter shows it (cordoned and tainted by us, for everyone)."""
+    await store.upsert_workload(workload=K8S_WORKLOAD, scheduler="fake", job_id=K8S_WORKLOAD, policy="default",
+                                comment="trainguard", at=manual_clock.now())
+    job = workloads.JobSnapshot(workload=K8S_WORKLOAD, job_id=K8S_WORKLOAD, state=workloads.JobState.RUNNING,
+                                attempt=0, nodes=["node1", node], comment="trainguard", exclusions_while_running=True)
+    scheduler = fake_scheduler.FakeScheduler([job], ["node1", "node2", "node3", "node4"])
+    acting = executor.Executor(scheduler, store, manual_clock)
+    item = advice.Advice(workload=K8S_WORKLOAD, attempt=0, generation=1, action=vocab.AdviceAction.REQUEUE,
+                             exclude_nodes=[node], mode=vocab.Mode.ACTION, deadline=manual_clock.now() + 300,
+                             policy="default", reasons=["test"])
+    await store.record_advice(item, at=manual_clock.now())
+    assert await acting.reconcile(item) is vocab.Disposition.CONVERGED
+    scheduler.nodes[node] = scheduler.nodes[node].model_copy(
+        update={"drained": True, "state": "IDLE+DRAIN", "reason": "trainguard: suspect node of " + K8S_WORKLOAD})
+    return scheduler, acting
+
+
+async def test_a_kubernetes_exclusion_is_lifted_by_undrain_after_and_waits_for_a_down_node(
+    store: audit.AuditStore, manual_clock: clock.ManualClock,
+) -> None:
+    """On Kubernetes an exclusion cordons and taints the node for everyone: it ends by the drains' rule
+    (undrainAfter of its policy, an intent row first), not by a fixed TTL outside the executor."""
+    scheduler, _ = await _kubernetes_exclusion(store, manual_clock, "node2")
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": ACTING})
+    manual_clock.advance(HOUR - 1)
+    assert await sweeper.sweep() == []
+    scheduler.nodes["node2"] = scheduler.nodes["node2"].model_copy(update={"state": "DOWN+DRAIN"})
+    manual_clock.advance(2)
+    assert await sweeper.sweep() == []  # not Ready: waits
+    scheduler.nodes["node2"] = scheduler.nodes["node2"].model_copy(update={"state": "IDLE+DRAIN"})
+    [row] = await sweeper.sweep()
+    assert (row.workload, row.step, row.status) == (K8S_WORKLOAD, "resume_node:node2", actions.ActionStatus.DONE)
+    assert _resumes(scheduler) == ["node2"]
+
+
+async def test_a_kubernetes_exclusion_stays_when_undrain_after_is_null_and_a_slurm_exclusion_is_never_lifted(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    kube, _ = await _kubernetes_exclusion(store, manual_clock, "node3")
+    never = undrain.UndrainRule(after_s=None, mode=vocab.Mode.ACTION)
+    manual_clock.advance(100 * HOUR)
+    assert await _undrainer(kube, store, manual_clock, {"default": never}).sweep() == []
+    assert _resumes(kube) == []
+    # a Slurm job's ExcNodeList is the job's own: nothing of the node's to put back
+    scheduler.jobs["42"] = scheduler.jobs["42"].model_copy(update={"state": workloads.JobState.PENDING})
+    item = advise(vocab.AdviceAction.REQUEUE, exclude_nodes=["node2"], generation=2)
+    await store.record_advice(item, at=manual_clock.now())
+    await make_executor.reconcile(item)
+    assert undrain.nodes_out("exclude_nodes", {"job_id": "42", "excluded_nodes": ["node2"]}) == []
+    manual_clock.advance(100 * HOUR)
+    assert all(r.workload == K8S_WORKLOAD for r in await store.actions_by_operation([actions.Operation.RESUME_NODE]))
+    await _undrainer(scheduler, store, manual_clock, {"default": ACTING}).sweep()
+    assert _resumes(scheduler) == []

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import time
@@ -46,8 +45,6 @@ logger = logging.getLogger(__name__)
 KINDS: Final[tuple[common.Kind, ...]] = (jobset.KIND, pytorchjob.KIND)
 MERGE: Final = "application/merge-patch+json"
 CONFLICT_RETRIES: Final = 5
-DEFAULT_EXCLUSION_TTL_S: Final = 3600.0
-"""How long an exclusion of ours stays before ``sweep_exclusions`` may lift it (node Ready again)."""
 DEFAULT_OWN_RESTART_WAIT_S: Final = 30.0
 """How long a restart step waits for the workload's own failure policy to restart it (a JobSet
 controller restarts within seconds of a pod failure) before it restarts it itself."""
@@ -59,25 +56,13 @@ class _Conflict(base.SchedulerError):
     """A patch carrying a resourceVersion met a newer one (409): re-read and try again."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Lifted:
-    """A node whose exclusion of ours ``KubeScheduler.sweep_exclusions`` lifted: what the audit log
-    records of it (an exclusion is cluster-wide on Kubernetes, so its end is an action of ours too)."""
-
-    node: str
-    exclusion: nodes.Exclusion
-    """The record the node carried (which workload, why, since when)."""
-    age_s: float
-    """Seconds the exclusion had stood."""
-
-
 class KubeScheduler:
     """The Kubernetes workload adapter; ``start`` begins the watches, ``close`` stops them."""
 
     name = "kubernetes"
 
     def __init__(self, api: kclient.ApiClient, *, kinds: Sequence[common.Kind] = KINDS,
-                 exclusion_ttl_s: float = DEFAULT_EXCLUSION_TTL_S, restart_wait_s: float = DEFAULT_RESTART_WAIT_S,
+                 restart_wait_s: float = DEFAULT_RESTART_WAIT_S,
                  now: Callable[[], float] = time.time, own_api: bool = True,
                  namespaces: Sequence[str] = ()) -> None:
         self._api = api
@@ -87,7 +72,6 @@ class KubeScheduler:
         self._kinds = {k.kind: k for k in kinds}
         self.namespaces = tuple(namespaces)
         """Namespaces whose workloads are watched; empty: every namespace."""
-        self.exclusion_ttl_s = exclusion_ttl_s
         self.restart_wait_s = restart_wait_s
         self.own_restart_wait_s = DEFAULT_OWN_RESTART_WAIT_S
         self._now = now
@@ -448,25 +432,6 @@ class KubeScheduler:
     async def list_nodes(self) -> list[workloads.NodeSnapshot]:
         data = await self._json(self._core.list_node(_preload_content=False))
         return [nodes.snapshot(n) for n in data.get("items") or []]
-
-    async def sweep_exclusions(self) -> list[Lifted]:
-        """The rule that ends our exclusions: a node we excluded ``exclusion_ttl_s`` ago and that is
-        Ready now is lifted (our taint, our cordon, our record; nothing a person set). Returns the
-        nodes lifted, each with the record it had. A node still NotReady stays excluded until it is Ready."""
-        lifted: list[Lifted] = []
-        data = await self._json(self._core.list_node(_preload_content=False))
-        for node in data.get("items") or []:
-            record = nodes.exclusion_of(node)
-            if record is None or not nodes.ready(node) or self._now() - record.at < self.exclusion_ttl_s:
-                continue
-            name = str(common.meta(node).get("name"))
-            try:
-                await self.resume_node(name)
-            except base.SchedulerError as exc:
-                logger.warning("exclusion of node %s not lifted: %s", name, exc)
-                continue
-            lifted.append(Lifted(name, record, self._now() - record.at))
-        return lifted
 
     async def close(self) -> None:
         tasks, self._tasks = self._tasks, []

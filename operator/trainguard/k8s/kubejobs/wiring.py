@@ -7,10 +7,7 @@ opening the adapter (credentials from ``k8s/client.py``), the periodic exclusion
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Final
 
 from trainguard.k8s import client, events
@@ -21,7 +18,6 @@ logger = logging.getLogger(__name__)
 
 SPEC: Final = "kubernetes"
 """The ``--scheduler`` value that selects this adapter."""
-SWEEP_INTERVAL_S: Final = 60.0
 
 
 def kube_of(adapter: base.Scheduler | None) -> scheduler.KubeScheduler | None:
@@ -39,27 +35,6 @@ async def open_scheduler(kubeconfig: str | None = None, namespaces: tuple[str, .
     adapter = scheduler.KubeScheduler(api, namespaces=namespaces)
     adapter.start()
     return adapter
-
-
-async def sweep_forever(adapter: scheduler.KubeScheduler, stop: asyncio.Event,
-                        interval_s: float = SWEEP_INTERVAL_S,
-                        on_lift: Callable[[scheduler.Lifted], Awaitable[None]] | None = None) -> None:
-    """Lift our exclusions by their rule (``KubeScheduler.sweep_exclusions``) until ``stop``; each
-    lift is handed to ``on_lift`` (the operator writes it to the audit log)."""
-    while not stop.is_set():
-        try:
-            lifted = await adapter.sweep_exclusions()
-            if lifted:
-                logger.info("exclusions lifted (TTL passed, node Ready): %s", ", ".join(x.node for x in lifted))
-            if on_lift is not None:
-                for item in lifted:
-                    await on_lift(item)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a failed sweep is retried next round; it never stops the operator
-            logger.exception("exclusion sweep failed")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=interval_s)
 
 
 def owner_of(adapter: scheduler.KubeScheduler, workload: str) -> dict[str, str] | None:
@@ -80,10 +55,3 @@ def workload_ref(adapter: scheduler.KubeScheduler, workload: str) -> events.Obje
     if kind is None:
         return None
     return events.ObjectRef(kind.api_version, kind.kind, name, namespace, adapter.uid_of(workload))
-
-
-def lift_record(item: scheduler.Lifted) -> dict[str, object]:
-    """The audit payload of a lifted exclusion (a ``watchdog`` record of the workload that excluded it)."""
-    return {"reason": f"exclusion of node {item.node} lifted: it stood {item.age_s:.0f} s (its TTL) and the node "
-                      "is Ready", "lifted_node": item.node, "excluded_at": item.exclusion.at,
-            "excluded_reason": item.exclusion.reason, "cordon_lifted": item.exclusion.cordoned}
