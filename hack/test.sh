@@ -15,7 +15,7 @@
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
 # TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_MYSQL=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_IMAGE=1 / TG_SKIP_HELM=1 skip those
 # tiers (TG_SKIP_SIM_CLUSTER=1 only the simulated-cluster tests); TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
-# gates (for quick local loops only; CI never sets it). TG_TEST_WORKERS=N (default 3) runs pytest in N
+# gates (for quick local loops only; CI never sets it). TG_TEST_WORKERS=N (default 2) runs pytest in N
 # pytest-xdist workers, each with its own services; TG_TEST_SLOT=S shifts every worker's services
 # to slots S, S+1, ... (another run beside this one: tests/support/workers.py).
 set -euo pipefail
@@ -199,7 +199,7 @@ fi
 # directories and ports by slot) and whole files at a time (tests/support/schedule.py): the tests
 # wait on Slurm, the apiserver and Chromium far more than they compute. TG_TEST_WORKERS=1 runs
 # them in one process; an explicit -n wins.
-WORKERS=${TG_TEST_WORKERS:-3}
+WORKERS=${TG_TEST_WORKERS:-2}
 [[ $WORKERS =~ ^[1-5]$ ]] || tg_die "TG_TEST_WORKERS=$WORKERS: give a number of workers from 1 to 5"
 xdist=()
 if [ "$WORKERS" -gt 1 ]; then

@@ -1335,7 +1335,7 @@ class Engine:
             carried = blast_radius.without_drains(item) if report.refused_drains else item
             operations = [carried.action.value] * int(carried.action is not vocab.AdviceAction.NONE)
             operations += [actions.Operation.DRAIN_NODE.value] * len(carried.drain_nodes)
-            return limits_ledger.Decision(report, operations, sorted(set(carried.drain_nodes)))
+            return limits_ledger.Decision(report, operations, carried.nodes_taken_out)
 
         return await self.store.reserve_limits(
             item.workload, item.attempt, item.generation, decide, at=now, since=now - blast_radius.WINDOW_S,

@@ -66,7 +66,7 @@ def test_goodput_of_a_crash_requeue_and_completion(slurm_cluster: SlurmCluster, 
         anomaly = harness.of_kind(records, "anomaly", 0)[0]
         advice = harness.of_kind(records, "advice", 0)[0]
         requeue = next(r for r in harness.of_kind(records, "action", 0)
-                       if r["payload"]["operation"] in ("requeue", "requeue_hold"))
+                       if r["payload"].get("operation", "") in ("requeue", "requeue_hold"))
         detected, advised = harness.parse_time(anomaly["time"]), harness.parse_time(advice["time"])
         onset = float(anomaly["payload"]["first_seen_at"])
         assert row["detection_seconds"] == pytest.approx(detected - onset, abs=1e-5)

@@ -69,7 +69,7 @@ def test_monitor_mode_records_the_advice_and_changes_nothing_in_slurm(
     assert advice[0]["payload"]["mode"] == "Monitor"
     assert (advice[0]["payload"]["action"], advice[0]["payload"]["exclusions"]) == ("requeue", [bad])
     actions = harness.of_kind(records, "action", 0)
-    assert [a["payload"]["operation"] for a in actions] == ["requeue_hold", "exclude_nodes", "release"]
+    assert [a["payload"].get("operation", "") for a in actions] == ["requeue_hold", "exclude_nodes", "release"]
     assert {a["payload"]["status"] for a in actions} == {"skipped"}, actions
     assert harness.of_kind(records, "outcome", 0)[0]["payload"]["disposition"] == "Monitored"
     assert "slurm-local: requeue" not in runner.log() and "slurm-local: release" not in runner.log()

@@ -32,7 +32,7 @@ from trainguard.model import actions, advice, vocab, workloads
 
 DRAIN_REASON = "trainguard: suspect node, drained by recovery"
 """Reason given to drain_node; the adapter adds the ``trainguard:`` tag if missing."""
-SUSPEND_CYCLE_PREFIX = "k8s/"
+SUSPEND_CYCLE_PREFIX = advice.KUBERNETES_PREFIX
 """Job ids of the Kubernetes adapter (``k8s/NAMESPACE/KIND/NAME``, ``kubejobs.common.PREFIX``; the form the
 composite scheduler routes by). Their restart is a suspend/resume cycle (``suspend_cycle``)."""
 

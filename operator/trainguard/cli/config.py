@@ -379,6 +379,10 @@ class OperatorSettings(Settings):
                                    json_schema_extra=_flag(metavar="SECONDS"))
     retention: float = Field(3600.0, gt=0, description="keep a WorkloadRecovery this long after its job is no "
                              "longer tracked", json_schema_extra=_flag(metavar="SECONDS"))
+    node_pool_label: str = Field("trainguard.dev/node-pool", min_length=1, description="Kubernetes node label "
+                                 "whose value is a node's pool: pools stand in for Slurm partitions in the limits "
+                                 "(maxDrainedShare, --max-nodes-out-share); nodes without it form one pool",
+                                 json_schema_extra=_flag(metavar="LABEL"))
     slinky_namespace: str | None = Field(None, description="namespace of a Slinky cluster's slurmd pods: a lemon node "
                                          "is taken out of service by cordoning its Kubernetes node, an executor step "
                                          "(policy allows drainNode or cordonNode); needs manifests/slinky",

@@ -8,11 +8,14 @@ object per line per input, in argument order, keys ``path``, ``symptom``, ``cate
 rank's figures) or why the log alone cannot tell is the text format's second line. ``-`` reads
 standard input.
 
-An input that is not a readable text log is reported as such, never as ``healthy``: nothing (or
-not everything) was read, so where no failure was found its ``symptom`` and ``attribution`` are
-``unknown`` (docs/safety.md); its object says ``input``, one line on stderr says why, the other
-inputs are still processed, and the exit code is 1. Exit 0: every input was read as text. Exit 2: a problem with
-the command line or a ``--patterns-file`` (one line on stderr; nothing was read).
+An input that is not a readable text log is reported as such, never as a clean bill of health:
+nothing (or not everything) was read, so where no failure was found its ``attribution`` is
+``unknown`` and the text format says ``unknown`` (docs/safety.md). The JSON ``symptom`` keeps the
+contract's four values (``crash|hang|straggler|healthy``, ../shared/mission.md: scripts check it),
+so there it stays ``healthy`` (no failure found) and ``input`` says what was not read; one line on
+stderr says why, the other inputs are still processed, and the exit code is 1. Exit 0: every input
+was read as text. Exit 2: a problem with the command line or a ``--patterns-file`` (one line on
+stderr; nothing was read).
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             document = result.to_json(args.max_evidence) if result else _nothing(path).to_json(0)
             document["input"] = sniffed.kind.value
             if sniffed.kind != inputs.Kind.OK and document["symptom"] == vocab.Symptom.HEALTHY.value:
-                document["symptom"] = document["attribution"] = UNKNOWN
+                document["attribution"] = UNKNOWN  # the symptom vocabulary is the contract's (module doc)
             print(json.dumps(document, ensure_ascii=False), flush=True)
         elif result is None:
             print(f"{path}: not analysed ({sniffed.kind.value} input)", flush=True)

@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         rest_fallback=cfg.rest_fallback,
         patterns_files=tuple(cfg.patterns_file),
         slinky_namespace=cfg.slinky_namespace,
+        node_pool_label=cfg.node_pool_label,
         victorialogs=run_mod.victorialogs_config(cfg),
         loki=loki,
         gpu_metrics=gpu_metrics,

@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from trainguard.model import patterns as specs
+from trainguard.model import yamlload
 
 _UNICODE_ESCAPES = frozenset("wWdDsSbB")
 
@@ -160,7 +161,7 @@ def load_file(path: Path) -> list[specs.PatternSpec]:
     except UnicodeDecodeError as exc:
         raise CatalogError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
-        document = yaml.safe_load(text)
+        document = yamlload.load(text)  # an operator's file: a key given twice is refused
     except yaml.YAMLError as exc:
         # PyYAML's message spans several lines (context, the offending line, a caret); keep it to one.
         raise CatalogError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None

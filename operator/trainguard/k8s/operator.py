@@ -132,6 +132,9 @@ class OperatorConfig:
     """Environment of the Slurm client commands (default: this process's)."""
     rest_fallback: str = "slurm-local"
     patterns_files: tuple[Path, ...] = ()
+    node_pool_label: str = "trainguard.dev/node-pool"
+    """The Kubernetes node label whose value is a node's pool: pools stand in for partitions in the
+    blast-radius limits (``k8s/kubejobs/nodes.pool_of``); nodes without it form one pool."""
     slinky_namespace: str | None = None
     """Namespace of a Slinky cluster's slurmd pods; when set, the Slurm scheduler is wrapped in
     ``k8s.slinky_nodes.SlinkyScheduler``: a lemon node is taken out of service by the executor as a
@@ -513,7 +516,8 @@ class Shell:
         for spec in (part.strip() for part in config.scheduler.split(",") if part.strip()):
             if spec == kube_wiring.SPEC:
                 # the served namespaces (--namespace); --all-namespaces: every namespace
-                opened.append(await kube_wiring.open_scheduler(namespaces=config.namespaces))
+                opened.append(await kube_wiring.open_scheduler(namespaces=config.namespaces,
+                                                               node_pool_label=config.node_pool_label))
             elif config.slinky_namespace:
                 # Slurm on Slinky: its nodes are taken out of service by a cordon, through the executor
                 opened.append(slinky_nodes.SlinkyScheduler(

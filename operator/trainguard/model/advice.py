@@ -6,6 +6,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainguard.model import routing, vocab
 
+KUBERNETES_PREFIX = "k8s/"
+"""Workload and job ids of the Kubernetes adapter (``k8s/NAMESPACE/KIND/NAME``): their exclusions are a
+cordon plus a taint of each node, for every workload of the cluster, not a job's own list."""
+
 
 class Advice(BaseModel):
     """What should happen next to (workload, attempt), generation ``generation``.
@@ -37,3 +41,12 @@ class Advice(BaseModel):
     policy: str = ""
     route: routing.Route | None = None
     """How the workload was routed to ``policy`` (``policy.loader.PolicySet.route``)."""
+
+    @property
+    def nodes_taken_out(self) -> list[str]:
+        """The nodes this advice takes out of service for everyone: its drains and, on Kubernetes, its
+        exclusions (the node limits count them; a Slurm exclusion is the job's own ``ExcNodeList``)."""
+        out = set(self.drain_nodes)
+        if self.workload.startswith(KUBERNETES_PREFIX):
+            out |= set(self.exclude_nodes)
+        return sorted(out)

@@ -206,14 +206,15 @@ def test_a_node_we_drained_is_resumed_after_undrain_after_and_a_node_a_person_dr
     assert advice["payload"]["drain_nodes"] == [LEMON], harness.diagnosis(setup.runner, setup.workdir, second)
 
     def resumed(records: list[dict[str, Any]]) -> bool:
-        return any(r["payload"]["operation"] == "resume_node" and r["payload"]["status"] == "done"
+        return any(r["payload"].get("operation") == "resume_node" and r["payload"]["status"] == "done"
                    for r in harness.of_kind(records, "action"))
 
     records = harness.wait_audit(setup.runner, second, resumed, timeout=WAIT_S, what="resume_node done")
     actions = harness.of_kind(records, "action")
     drained_at = next(harness.parse_time(r["time"]) for r in actions
-                      if r["payload"]["operation"] == "drain_node" and r["payload"]["status"] == "done")
-    resume = next(r for r in actions if r["payload"]["operation"] == "resume_node" and r["payload"]["status"] == "done")
+                      if r["payload"].get("operation") == "drain_node" and r["payload"]["status"] == "done")
+    resume = next(r for r in actions
+                  if r["payload"].get("operation") == "resume_node" and r["payload"]["status"] == "done")
     assert resume["payload"]["step"] == f"resume_node:{LEMON}"
     assert harness.parse_time(resume["time"]) - drained_at >= UNDRAIN_AFTER_S
     assert "DRAIN" not in _node(setup.cluster, LEMON)["State"]
@@ -221,5 +222,5 @@ def test_a_node_we_drained_is_resumed_after_undrain_after_and_a_node_a_person_dr
     human = _node(setup.cluster, HUMAN_DRAINED)
     assert "DRAIN" in human["State"] and human.get("Reason", "").startswith("maintenance")
     every = setup.runner.audit()
-    assert not [r for r in every if r["kind"] == "action" and r["payload"]["operation"] == "resume_node"
+    assert not [r for r in every if r["kind"] == "action" and r["payload"].get("operation") == "resume_node"
                 and r["payload"]["arguments"].get("node") == HUMAN_DRAINED]

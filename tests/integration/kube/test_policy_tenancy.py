@@ -199,9 +199,9 @@ async def test_a_tenant_policy_covers_its_own_namespace_only_and_the_admin_polic
         async def advised() -> bool:
             await recovery_of(t.team_a, "train")()
             advice = (seen[f"{t.team_a}/train"].get("status") or {}).get("advice") or {}
-            return bool(advice.get("disposition"))
+            return advice.get("disposition") not in (None, "", "Pending")  # Pending: the executor not done yet
 
-        await until(advised, "the advice on team A's failed JobSet")
+        await until(advised, "the advice on team A's failed JobSet, closed")
         advice = seen[f"{t.team_a}/train"]["status"]["advice"]
         assert (advice["mode"], advice["disposition"]) == ("Monitor", "Monitored"), advice
         body = json.loads(ok(t.kube, "get", "jobset", "train", "-n", t.team_a, "-o", "json"))

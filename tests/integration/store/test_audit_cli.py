@@ -56,7 +56,7 @@ def test_audit_json_lines_follow_the_contract(db_url: str, capsys: pytest.Captur
     assert anomaly["payload"]["evidence"][0]["text"] == "uncorrectable ECC error"
     assert (verdict["payload"]["attribution"], verdict["payload"]["nodes"]) == ("hardware", ["node2"])
     assert (advice_line["payload"]["action"], advice_line["payload"]["exclusions"]) == ("requeue", ["node2"])
-    exclusion = [x for x in lines if x["kind"] == "action" and x["payload"]["operation"] == "exclude_nodes"]
+    exclusion = [x for x in lines if x["kind"] == "action" and x["payload"].get("operation", "") == "exclude_nodes"]
     assert exclusion[-1]["payload"]["arguments"]["excluded_nodes"] == ["node2"]
     assert exclusion[-1]["payload"]["status"] == "done"
 

@@ -38,12 +38,14 @@ def test_empty_binary_and_unreadable_inputs_say_unknown_never_healthy(
     paths.append(str(tmp_path / "missing.log"))
     assert main.main(["detect", "--format", "json", *paths]) == 1
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    # JSON: the symptom vocabulary is the contract's (crash|hang|straggler|healthy); what was not read
+    # says so in ``input``, the attribution and the exit code
     assert [(Path(r["path"]).stem, r["input"], r["symptom"], r["attribution"]) for r in rows] == [
-        ("empty", "empty", "unknown", "unknown"),
-        ("gzip", "binary", "unknown", "unknown"),
-        ("junk", "binary", "unknown", "unknown"),
-        ("holed", "binary", "unknown", "unknown"),
-        ("missing", "unreadable", "unknown", "unknown"),
+        ("empty", "empty", "healthy", "unknown"),
+        ("gzip", "binary", "healthy", "unknown"),
+        ("junk", "binary", "healthy", "unknown"),
+        ("holed", "binary", "healthy", "unknown"),
+        ("missing", "unreadable", "healthy", "unknown"),
     ]
     assert main.main(["detect", str(tmp_path / "holed.bin")]) == 1
     out = capsys.readouterr().out

@@ -148,7 +148,7 @@ def test_roles_are_bound_to_our_service_account_only(base: list[dict[str, Any]])
     pods_bindings = [obj for obj in slinky if obj.get("roleRef", {}).get("name") == "trainguard-slinky-pods"]
     assert [binding["kind"] for binding in pods_bindings] == ["RoleBinding"], "pod access must stay per namespace"
     assert rules(slinky, "trainguard-slinky-pods") == {("", "pods", "list")}
-    assert rules(slinky, "trainguard-slinky-nodes") == {("", "nodes", "get"), ("", "nodes", "patch")}
+    assert rules(slinky, "trainguard-slinky-nodes") == {("", "nodes", verb) for verb in ("get", "list", "patch")}
     assert not [obj for obj in base if obj.get("roleRef", {}).get("name") == "trainguard-slinky-pods"]
 
 

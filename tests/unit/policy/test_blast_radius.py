@@ -97,9 +97,10 @@ def test_a_node_of_no_known_partition_blocks_drains_only() -> None:
 
 
 def _decide(spec: model.RecoveryPolicySpec, item: advice.Advice, *, caps: limits.AdminCaps | None = None,
-            recent: list[tuple[float, str]] | None = None, ours: tuple[str, ...] = ()) -> limits.LimitReport:
-    return blast_radius.decide(spec, advice=item, recent_actions=recent or [], nodes=NODES, drained_by_us=ours,
-                               now=NOW, counted="test", caps=caps)
+            recent: list[tuple[float, str]] | None = None, ours: tuple[str, ...] = (),
+            nodes: list[workloads.NodeSnapshot] | None = None) -> limits.LimitReport:
+    return blast_radius.decide(spec, advice=item, recent_actions=recent or [], nodes=NODES if nodes is None else nodes,
+                               drained_by_us=ours, now=NOW, counted="test", caps=caps)
 
 
 def test_a_refused_drain_degrades_to_the_requeue_and_records_the_refusal() -> None:
@@ -137,3 +138,26 @@ def test_the_cap_on_the_share_counts_the_cluster_and_each_partition() -> None:
     assert allowed.reason is None
     cluster = _decide(spec, _advice(drain=["n4", "n5"]), caps=caps, ours=("n0", "n1", "n2", "n3"))  # 6 of 10
     assert cluster.breaker_reason is not None and "nodes of the cluster (60%)" in cluster.breaker_reason
+
+
+def test_a_kubernetes_workloads_exclusions_are_nodes_out_counted_per_node_pool() -> None:
+    """On Kubernetes an exclusion cordons and taints the node for everyone: it counts against the node
+    limits like a drain (a Slurm job's ExcNodeList does not), in the node's pool (a node label)."""
+    from trainguard.k8s.kubejobs import nodes as kube_nodes
+
+    labelled = {"metadata": {"name": "g1", "labels": {kube_nodes.DEFAULT_POOL_LABEL: "a100"}}, "spec": {},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert kube_nodes.snapshot(labelled).partitions == ["a100"]
+    assert kube_nodes.snapshot({**labelled, "metadata": {"name": "g2"}}).partitions == [kube_nodes.NO_POOL]
+    pool = [workloads.NodeSnapshot(name=f"g{i}", state="IDLE", partitions=["a100"]) for i in range(4)]
+    caps = limits.AdminCaps(nodes_out=1)
+    k8s = advice.Advice(workload="k8s/team/JobSet/train", attempt=0, generation=1,
+                        action=vocab.AdviceAction.REQUEUE, exclude_nodes=["g1", "g2"])
+    assert k8s.nodes_taken_out == ["g1", "g2"]
+    capped = _decide(_spec(share=1.0), k8s, caps=caps, nodes=pool)
+    assert capped.breaker_reason is not None and "2 nodes out of service by us > cluster cap max-nodes-out 1" \
+        in capped.breaker_reason
+    share = _decide(_spec(share=0.25), k8s, nodes=pool)
+    assert share.reason is not None and share.refused_drains == []  # refused whole: nothing to degrade to
+    slurm = k8s.model_copy(update={"workload": "slurm/c/42"})
+    assert slurm.nodes_taken_out == [] and _decide(_spec(share=0.25), slurm, caps=caps, nodes=pool).reason is None

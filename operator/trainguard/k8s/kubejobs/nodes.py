@@ -29,6 +29,11 @@ from trainguard.model import workloads
 from trainguard.schedulers import base
 
 TAINT_KEY: Final = "trainguard.dev/suspect"
+DEFAULT_POOL_LABEL: Final = "trainguard.dev/node-pool"
+"""The node label whose value is a node's pool (``--node-pool-label``): pools stand in for Slurm's
+partitions in the blast-radius limits (``maxDrainedShare`` and the administrator's per-pool share)."""
+NO_POOL: Final = "(no pool label)"
+"""The pool of every node without the label: together, as one pool, so a share limit still holds."""
 TAINT_EFFECT: Final = "NoExecute"
 EXCLUDED_BY_ANNOTATION: Final = "trainguard.dev/excluded-by"
 
@@ -112,8 +117,15 @@ def lift_patch(node: Mapping[str, Any]) -> dict[str, Any] | None:
             "spec": spec}
 
 
-def snapshot(node: Mapping[str, Any]) -> workloads.NodeSnapshot:
-    """The node in the scheduler-neutral words (Slurm's): IDLE, DRAIN (cordoned), DOWN (not Ready)."""
+def pool_of(node: Mapping[str, Any], label: str = DEFAULT_POOL_LABEL) -> str:
+    """The node's pool: the value of ``label``, or ``NO_POOL``."""
+    value = (common.meta(node).get("labels") or {}).get(label)
+    return str(value) if value else NO_POOL
+
+
+def snapshot(node: Mapping[str, Any], pool_label: str = DEFAULT_POOL_LABEL) -> workloads.NodeSnapshot:
+    """The node in the scheduler-neutral words (Slurm's): IDLE, DRAIN (cordoned), DOWN (not Ready);
+    its pool (``pool_label``) as its partition."""
     record = exclusion_of(node)
     cordoned = bool((node.get("spec") or {}).get("unschedulable"))
     words = ["IDLE" if ready(node) else "DOWN"]
@@ -122,5 +134,5 @@ def snapshot(node: Mapping[str, Any]) -> workloads.NodeSnapshot:
     return workloads.NodeSnapshot(
         name=str(common.meta(node).get("name", "")), state="+".join(words),
         reason=record.reason if record is not None else "",
-        drained=has_our_taint(node) or cordoned,
+        drained=has_our_taint(node) or cordoned, partitions=[pool_of(node, pool_label)],
     )

@@ -64,13 +64,15 @@ class KubeScheduler:
     def __init__(self, api: kclient.ApiClient, *, kinds: Sequence[common.Kind] = KINDS,
                  restart_wait_s: float = DEFAULT_RESTART_WAIT_S,
                  now: Callable[[], float] = time.time, own_api: bool = True,
-                 namespaces: Sequence[str] = ()) -> None:
+                 namespaces: Sequence[str] = (), node_pool_label: str = nodes.DEFAULT_POOL_LABEL) -> None:
         self._api = api
         self._own_api = own_api
         self._core = kclient.CoreV1Api(api)
         self._custom = kclient.CustomObjectsApi(api)
         self._kinds = {k.kind: k for k in kinds}
         self.namespaces = tuple(namespaces)
+        self.node_pool_label = node_pool_label
+        """The node label whose value is a node's pool, its partition for the limits (``nodes.pool_of``)."""
         """Namespaces whose workloads are watched; empty: every namespace."""
         self.restart_wait_s = restart_wait_s
         self.own_restart_wait_s = DEFAULT_OWN_RESTART_WAIT_S
@@ -431,7 +433,7 @@ class KubeScheduler:
 
     async def list_nodes(self) -> list[workloads.NodeSnapshot]:
         data = await self._json(self._core.list_node(_preload_content=False))
-        return [nodes.snapshot(n) for n in data.get("items") or []]
+        return [nodes.snapshot(n, self.node_pool_label) for n in data.get("items") or []]
 
     async def close(self) -> None:
         tasks, self._tasks = self._tasks, []

@@ -11,7 +11,7 @@ import logging
 from typing import Final
 
 from trainguard.k8s import client, events
-from trainguard.k8s.kubejobs import common, scheduler
+from trainguard.k8s.kubejobs import common, nodes, scheduler
 from trainguard.schedulers import base, composite
 
 logger = logging.getLogger(__name__)
@@ -29,10 +29,12 @@ def kube_of(adapter: base.Scheduler | None) -> scheduler.KubeScheduler | None:
     return None
 
 
-async def open_scheduler(kubeconfig: str | None = None, namespaces: tuple[str, ...] = ()) -> scheduler.KubeScheduler:
-    """The adapter with its watches started (``namespaces``: only those; empty: every namespace)."""
+async def open_scheduler(kubeconfig: str | None = None, namespaces: tuple[str, ...] = (),
+                         node_pool_label: str = nodes.DEFAULT_POOL_LABEL) -> scheduler.KubeScheduler:
+    """The adapter with its watches started (``namespaces``: only those; empty: every namespace;
+    ``node_pool_label``: the node label whose value is a node's pool)."""
     api = await client.load_api_client(kubeconfig)
-    adapter = scheduler.KubeScheduler(api, namespaces=namespaces)
+    adapter = scheduler.KubeScheduler(api, namespaces=namespaces, node_pool_label=node_pool_label)
     adapter.start()
     return adapter
 
