@@ -758,6 +758,15 @@ class AuditStore:
         except sa_exc.IntegrityError:
             if await self.get_advice(item.workload, item.attempt, item.generation) is not None:
                 return False  # another writer won the race for the same key
+        # Not the advice's key: another writer inserted one of these read positions first (the
+        # tailing round saves the same workload's positions). They exist now, so this saves them as
+        # an update. Raising instead lost the decision (seen in a parallel CI run: an anomaly and a
+        # verdict, never an advice).
+        try:
+            return await self._transaction(work)
+        except sa_exc.IntegrityError:
+            if await self.get_advice(item.workload, item.attempt, item.generation) is not None:
+                return False
             raise
 
     async def get_advice(self, workload: str, attempt: int, generation: int) -> advice.Advice | None:

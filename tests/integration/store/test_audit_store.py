@@ -316,6 +316,33 @@ async def test_tail_positions_are_stored_with_the_advice_or_not_at_all(db_url: s
         await store.close()
 
 
+async def test_an_advice_whose_read_position_another_writer_inserted_first_is_still_recorded(
+        tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tailing round saves a workload's read positions while its advice is written with them: when
+    the other writer inserts the same position first, the advice's transaction meets the unique key.
+    The advice is recorded all the same (the position then saved as an update), never lost: in a
+    parallel CI run the decision of a JobSet was, its anomaly and verdict recorded and no advice."""
+    store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path}/audit.db")  # type: ignore[operator]
+    real = audit.AuditStore._save_tail
+    raced: list[bool] = []
+
+    async def other_writer_first(self: audit.AuditStore, session: object, records: object, at: float) -> None:
+        if not raced:  # what the race does to the first try (SQLite's lock cannot interleave the two writers)
+            raced.append(True)
+            raise sa_exc.IntegrityError("INSERT INTO tail_positions", {}, Exception("UNIQUE constraint failed"))
+        await real(self, session, records, at)  # type: ignore[arg-type]
+
+    try:
+        await store.save_tail_positions([a_tail(offset=5)], at=T0)  # the other writer's row
+        monkeypatch.setattr(audit.AuditStore, "_save_tail", other_writer_first)
+        assert await store.record_advice(an_advice(), at=T0, tail=[a_tail(offset=10)]) is True
+        assert raced == [True]
+        assert await store.get_advice(W, 0, 1) is not None
+        assert [r.offset for r in await store.tail_positions(W)] == [10]
+    finally:
+        await store.close()
+
+
 async def test_attempt_facts_rebuild_what_a_restarted_engine_needs(db_url: str):
     store = await database.open_store(db_url)
     try:
