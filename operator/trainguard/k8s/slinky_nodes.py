@@ -23,6 +23,7 @@ cordoned shows Slurm's own state: a drain a person made with ``scontrol`` is the
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from kubernetes_asyncio import client as k8s
@@ -95,28 +96,27 @@ class SlinkyScheduler:
 
     async def drain_node(self, node: str, reason: str) -> None:
         """Cordon the Kubernetes node behind Slurm node ``node`` with our reason (one write)."""
-        kube_node = await self._kube_node(node)
         text = slinky.cordon_reason(node, reason.removeprefix(base.OUR_REASON_PREFIX).strip())
-        try:
-            result = await slinky.cordon(self._api, kube_node, text)
-        except client.API_ERRORS as exc:
-            raise base.SchedulerError(f"cordon of {kube_node} (Slurm node {node}) failed: "
-                                      f"{client.message_of(exc)}") from exc
-        if result is slinky.Result.NOT_OURS:
-            raise base.SchedulerError(f"Kubernetes node {kube_node} (Slurm node {node}) was cordoned by someone "
-                                      "else: left alone")
+        await self._change(node, "cordon", lambda kube_node: slinky.cordon(self._api, kube_node, text),
+                           "was cordoned by someone else: left alone")
 
     async def resume_node(self, node: str) -> None:
         """Uncordon, only our own cordon (SchedulerError for anyone else's)."""
+        await self._change(node, "uncordon", lambda kube_node: slinky.uncordon(self._api, kube_node),
+                           "is cordoned by someone else: not uncordoned")
+
+    async def _change(self, node: str, what: str, call: Callable[[str], Awaitable[slinky.Result]],
+                      not_ours: str) -> None:
+        """``call`` on the Kubernetes node behind Slurm node ``node``; every failure a SchedulerError
+        (the executor's and the undrainer's word for "not done"), someone else's cordon included."""
         kube_node = await self._kube_node(node)
         try:
-            result = await slinky.uncordon(self._api, kube_node)
+            result = await call(kube_node)
         except client.API_ERRORS as exc:
-            raise base.SchedulerError(f"uncordon of {kube_node} (Slurm node {node}) failed: "
+            raise base.SchedulerError(f"{what} of {kube_node} (Slurm node {node}) failed: "
                                       f"{client.message_of(exc)}") from exc
         if result is slinky.Result.NOT_OURS:
-            raise base.SchedulerError(f"Kubernetes node {kube_node} (Slurm node {node}) is cordoned by someone "
-                                      "else: not uncordoned")
+            raise base.SchedulerError(f"Kubernetes node {kube_node} (Slurm node {node}) {not_ours}")
 
     async def list_nodes(self) -> list[workloads.NodeSnapshot]:
         """Slurm's nodes, each out of service with its cordon's reason while its Kubernetes node is cordoned."""

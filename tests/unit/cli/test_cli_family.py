@@ -16,18 +16,12 @@ import pytest
 from trainguard.cli import main
 from trainguard.settings import EngineSettings
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("clean_env")]  # clean_env: tests/unit/cli/conftest.py
 
 TRAINGUARD = Path(sys.executable).with_name("trainguard")
 OTHERS_OWN = {("detect",)}
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("TRAINGUARD_") or name in {"SLURM_JWT", "POD_NAMESPACE"}:
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("TRAINGUARD_HOME", str(tmp_path / "home"))
 
 
 def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> list[tuple[tuple[str, ...],

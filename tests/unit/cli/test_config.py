@@ -12,18 +12,9 @@ from trainguard.cli import config, main, settings_io
 from trainguard.cli import run as run_cli
 from trainguard.model import vocab
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("clean_env")]  # clean_env: tests/unit/cli/conftest.py
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No setting leaks in from the environment the tests run in."""
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("TRAINGUARD_") or name in {"SLURM_JWT", "POD_NAMESPACE"}:
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("TRAINGUARD_HOME", str(tmp_path / "home"))
 
 
 def parse(command: str, *argv: str) -> tuple[object, dict[str, object]]:
