@@ -123,7 +123,11 @@ def _recovered_by_requeue(batch: Batch, name: str) -> tuple[dict[str, str], list
     assert advice[0]["payload"]["exclude_nodes"] == [] and advice[0]["payload"]["mode"] == "Action"
     assert _operations(records, 0) == ["requeue"], batch.why(name)
     assert _one_outcome(records, 0)["payload"]["disposition"] == "Converged"
-    assert not harness.of_kind(records, "advice", 1), f"the healthy second attempt is left alone: {batch.why(name)}"
+    # The healthy second attempt is left alone: no advice asks anything of it. On a loaded machine its
+    # steps may slow down and be recorded as a slowdown (an advice of action none, nothing done).
+    acted = [a["payload"] for a in harness.of_kind(records, "advice", 1) if a["payload"]["action"] != "none"]
+    assert not acted, f"the healthy second attempt is left alone: {acted} {batch.why(name)}"
+    assert _operations(records, 1) == [] and _operations(records, 1, "intent") == []
     assert f"batch attempt 1 of job {batch.ids[name]}" in batch.output(name)
     assert "training complete" in batch.output(name)
     return job, records
