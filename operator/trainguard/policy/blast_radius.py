@@ -7,11 +7,13 @@ A wrong verdict repeated by a machine must not empty a cluster, so peers converg
 breakers (NVSentinel 50 %/5 min, GCM <= 3 actions/h, NHC minHealthy).
 
 Counted operations: one for the advice's action (requeue, hold, stop; exclusions ride on the
-requeue) plus one per node to drain. Counted nodes out of service: the drains and, on Kubernetes,
-the exclusions too (each is a cordon plus a taint of the node for every workload:
-``Advice.nodes_taken_out``); Kubernetes node pools (a node label) stand in for partitions. A
-Kubernetes advice whose exclusions a limit refuses is refused whole (its workload's own failure
-policy restarts it); only drains are dropped to degrade. The evaluation runs in both modes: in Action mode a
+requeue) plus one per node to drain. A policy's ``maxDrainedShare`` counts its drains; the
+administrator's caps on nodes out of service count, on Kubernetes, the exclusions too (each is a
+cordon plus a taint of the node for every workload: ``Advice.nodes_taken_out``). Kubernetes node
+pools (a node label) stand in for partitions. A Kubernetes advice whose exclusions a cap refuses
+is refused whole and opens the breaker (its workload's own failure policy restarts it).
+
+The evaluation runs in both modes: in Action mode a
 blocking report stops the advice; in Monitor mode it is recorded, so the audit shows what
 Action mode would have refused. Pure: the caller passes ``now``.
 
@@ -71,11 +73,11 @@ def evaluate(
     checks = [_actions_per_hour(maximum, planned, recent_actions, now)]
     if caps is not None and caps.actions_per_hour is not None:
         checks.append(_actions_per_hour(caps.actions_per_hour, planned, recent_actions, now, cap=True))
+    if advice.drain_nodes:
+        checks.extend(_drained_share(spec.blast_radius.max_drained_share, advice.drain_nodes, nodes, drained_by_us))
     out = advice.nodes_taken_out  # drains, and a Kubernetes workload's exclusions (cordon + taint)
-    if out:
-        checks.extend(_drained_share(spec.blast_radius.max_drained_share, out, nodes, drained_by_us))
-        if caps is not None:
-            checks.extend(_nodes_out(caps, out, nodes, drained_by_us))
+    if out and caps is not None:
+        checks.extend(_nodes_out(caps, out, nodes, drained_by_us))
     return limits.LimitReport(checks=checks, counted=counted)
 
 

@@ -141,8 +141,9 @@ def test_the_cap_on_the_share_counts_the_cluster_and_each_partition() -> None:
 
 
 def test_a_kubernetes_workloads_exclusions_are_nodes_out_counted_per_node_pool() -> None:
-    """On Kubernetes an exclusion cordons and taints the node for everyone: it counts against the node
-    limits like a drain (a Slurm job's ExcNodeList does not), in the node's pool (a node label)."""
+    """On Kubernetes an exclusion cordons and taints the node for everyone: the administrator's caps on
+    nodes out count it like a drain (a Slurm job's ExcNodeList they do not), in the node's pool (a
+    node label)."""
     from trainguard.k8s.kubejobs import nodes as kube_nodes
 
     labelled = {"metadata": {"name": "g1", "labels": {kube_nodes.DEFAULT_POOL_LABEL: "a100"}}, "spec": {},
@@ -157,7 +158,10 @@ def test_a_kubernetes_workloads_exclusions_are_nodes_out_counted_per_node_pool()
     capped = _decide(_spec(share=1.0), k8s, caps=caps, nodes=pool)
     assert capped.breaker_reason is not None and "2 nodes out of service by us > cluster cap max-nodes-out 1" \
         in capped.breaker_reason
-    share = _decide(_spec(share=0.25), k8s, nodes=pool)
-    assert share.reason is not None and share.refused_drains == []  # refused whole: nothing to degrade to
+    pooled = _decide(_spec(share=1.0), k8s, caps=limits.AdminCaps(nodes_out_share=0.25), nodes=pool)
+    assert pooled.breaker_reason is not None
+    assert [c.share for c in pooled.checks if c.partition == "a100" and c.would_block] == [0.5]  # 2 of the pool's 4
+    # the policy's maxDrainedShare is about its drains: an exclusion is the admin caps' to count
+    assert _decide(_spec(share=0.1), k8s, nodes=pool).reason is None
     slurm = k8s.model_copy(update={"workload": "slurm/c/42"})
     assert slurm.nodes_taken_out == [] and _decide(_spec(share=0.25), slurm, caps=caps, nodes=pool).reason is None
