@@ -48,6 +48,19 @@ async def until(what: str, probe: Any, within_s: float = WAIT_S) -> Any:
         await asyncio.sleep(0.5)
 
 
+async def printed_and_read(sim: Any, ns: str, pod: str, lines: list[str], db: Path, workload: str) -> None:
+    """``lines`` printed by ``pod`` and read by the operator before anything else happens to the pod.
+
+    A process prints its Xid and then dies; the pod's failure, and the training-operator's or the
+    JobSet controller's restart after it, come later. Failing the pod at once lets the restart
+    overtake our read on a loaded machine, and the line is then charged to the next attempt (a
+    known race of pod-log lines read after their attempt was replaced: the closing note of the stop
+    that added this; a product fix charges a line by the pod that printed it)."""
+    before = lines_read(db, workload)
+    sim.write_pod_log(ns, pod, lines)
+    await until(f"{len(lines)} line(s) of {pod} read", lambda: lines_read(db, workload) > before)
+
+
 def lines_read(db: Path, workload: str) -> int:
     """Lines of the workload the engine has handed to detection and saved its place after (its tail
     positions in the audit store)."""

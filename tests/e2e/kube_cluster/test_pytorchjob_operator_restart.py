@@ -14,7 +14,16 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kube_cluster.harness import POLICY, WAIT_S, XID, install, lines_read, operator_running, until
+from tests.e2e.kube_cluster.harness import (
+    POLICY,
+    WAIT_S,
+    XID,
+    install,
+    lines_read,
+    operator_running,
+    printed_and_read,
+    until,
+)
 from tests.e2e.kube_cluster.test_pytorchjob_recovery import live_pods
 from tests.support.kube_cluster import SimCluster
 from trainguard.k8s.kubejobs import common
@@ -38,7 +47,7 @@ async def test_a_failure_after_a_restart_of_the_operator_is_judged_as_a_new_atte
     async with operator_running(sim, ns, tmp_path, monkeypatch, lift=False) as op:
         await until("the WorkloadRecovery", lambda: sim.get("workloadrecovery", "pytorchjob-ptj", ns))
         await until("the first line of each pod read", lambda: lines_read(op.db, wid) >= len(first))
-        sim.write_pod_log(ns, worker1["metadata"]["name"], [XID])
+        await printed_and_read(sim, ns, worker1["metadata"]["name"], [XID], op.db, wid)
         sim.fail_pod(ns, worker1["metadata"]["name"], exit_code=137, reason="Error", message="killed")
         recorded = await op.recovery(wid)
         assert [r.attempt for r in recorded.records if r.kind == vocab.AuditKind.ADVICE] == [0], recorded.trail
@@ -57,7 +66,7 @@ async def test_a_failure_after_a_restart_of_the_operator_is_judged_as_a_new_atte
             sim.write_pod_log(ns, pod["metadata"]["name"], ["iteration 2 loss 1.9"])
         await until("the new lines read after the restart", lambda: lines_read(op.db, wid) > before)
         worker0 = next(p for p in second if p["metadata"]["name"].endswith("worker-0"))
-        sim.write_pod_log(ns, worker0["metadata"]["name"], [XID])
+        await printed_and_read(sim, ns, worker0["metadata"]["name"], [XID], op.db, wid)
         sim.fail_pod(ns, worker0["metadata"]["name"], exit_code=137, reason="Error", message="killed")
 
         store = await database.open_store(op.db_url)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kube_cluster.harness import POLICY, XID, install, lines_read, operator_running, until
+from tests.e2e.kube_cluster.harness import POLICY, XID, install, lines_read, operator_running, printed_and_read, until
 from tests.support.kube_cluster import PYTORCHJOB_NAME_LABEL, SimCluster
 from trainguard.k8s.kubejobs import common, nodes
 from trainguard.model import vocab
@@ -52,7 +52,7 @@ async def test_a_pytorchjob_worker_with_an_xid_is_recovered_away_from_its_node(
         # attempt already over when we first look (as on a real node, where the old pod's log goes
         # with it).
         await until("the first line of each pod read", lambda: lines_read(op.db, wid) >= len(first))
-        sim.write_pod_log(ns, victim["metadata"]["name"], [XID])
+        await printed_and_read(sim, ns, victim["metadata"]["name"], [XID], op.db, wid)
         sim.fail_pod(ns, victim["metadata"]["name"], exit_code=137, reason="Error", message="killed")
         recorded = await op.recovery(wid)
         advice = recorded.one(vocab.AuditKind.ADVICE)
