@@ -28,6 +28,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
+from trainguard.model import vocab
+
 logger = logging.getLogger(__name__)
 
 PAUSE = "actions-paused"
@@ -70,6 +72,15 @@ def breaker_reason(record: ControlRecordLike | None) -> str | None:
     reason = str(record.value.get("reason") or "no reason recorded")
     return (f"the blast-radius breaker is open since an administrator's cap tripped ({reason}); "
             "a person resets it with `trainguard actions reset-breaker`")
+
+
+def effective_mode(declared: vocab.Mode, allow_action: bool, paused: str | None = None) -> vocab.Mode:
+    """The one rule for the mode a policy acts in: its declared ``Action`` only while the cluster switch
+    is on and nothing pauses actions (``paused``: the reason, from ``ActionSwitch.blocked``); ``Monitor``
+    otherwise. The engine, the HTTP API, the console and the operator's status all ask this."""
+    if declared == vocab.Mode.ACTION and allow_action and paused is None:
+        return vocab.Mode.ACTION
+    return vocab.Mode.MONITOR
 
 
 class ActionSwitch:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hashlib
 import json
 import logging
 import time
@@ -56,7 +55,7 @@ from trainguard.k8s.kubejobs import jobset as jobset_kind
 from trainguard.k8s.kubejobs import pytorchjob as pytorchjob_kind
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
-from trainguard.signals import fileio, sources
+from trainguard.signals import fileio, linehash, sources
 from trainguard.signals.storebook import Out, StoreBook, Stream
 from trainguard.signals.tailer import MARKER
 
@@ -89,8 +88,7 @@ class Config:
 
 
 def line_hash(pod: str, container: str, text: str) -> str:
-    raw = f"{pod}\0{container}\0{text}".encode("utf-8", errors="surrogateescape")
-    return hashlib.sha256(raw).hexdigest()[:HASH_CHARS]
+    return linehash.digest(pod, container, text, chars=HASH_CHARS)
 
 
 @dataclass(slots=True)

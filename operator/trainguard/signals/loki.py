@@ -38,7 +38,6 @@ import asyncio
 import base64
 import collections
 import contextlib
-import hashlib
 import json
 import logging
 import random
@@ -50,6 +49,7 @@ import aiohttp
 
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
+from trainguard.signals import linehash
 from trainguard.signals.tailer import MARKER
 
 logger = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def stream_key(labels: StreamLabels) -> str:
 
 
 def line_hash(line: str) -> str:
-    return hashlib.sha256(line.encode("utf-8", errors="surrogateescape")).hexdigest()[:SEEN_HASH_CHARS]
+    return linehash.digest(line, chars=SEEN_HASH_CHARS)
 
 
 # ------------------------------------------------------------------------------ parsing

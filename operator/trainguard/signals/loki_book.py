@@ -8,13 +8,12 @@ and attempts, and keeps the positions a restarted engine resumes from (see ``Lok
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from dataclasses import dataclass, field
 
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
-from trainguard.signals import fileio, sources
+from trainguard.signals import fileio, linehash, sources
 from trainguard.signals.loki import (
     DEFAULT_MAX_LINE,
     DEFAULT_PAGE_LIMIT,
@@ -63,8 +62,7 @@ BOOK_HASH_CHARS = HASH_CHARS
 
 
 def _book_hash(entry: LokiEntry) -> str:
-    raw = f"{entry.stream_key}\0{entry.line}".encode("utf-8", errors="surrogateescape")
-    return hashlib.sha256(raw).hexdigest()[:BOOK_HASH_CHARS]
+    return linehash.digest(entry.stream_key, entry.line, chars=BOOK_HASH_CHARS)
 
 
 class LokiBook(StoreBook):

@@ -43,7 +43,6 @@ import asyncio
 import collections
 import contextlib
 import datetime
-import hashlib
 import json
 import logging
 import time
@@ -55,7 +54,7 @@ import aiohttp
 
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
-from trainguard.signals import fileio, sources
+from trainguard.signals import fileio, linehash, sources
 from trainguard.signals.storebook import NS, Out, StoreBook, Stream
 from trainguard.signals.tailer import MARKER
 
@@ -130,7 +129,7 @@ def quote(value: str) -> str:
 
 
 def row_hash(stream_id: str, message: str) -> str:
-    return hashlib.sha256(f"{stream_id}\0{message}".encode("utf-8", errors="replace")).hexdigest()[:16]
+    return linehash.digest(stream_id, message, chars=16, errors="replace")
 
 
 @dataclass(frozen=True, slots=True)
