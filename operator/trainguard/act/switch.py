@@ -8,7 +8,7 @@ cluster-wide switch (``--mode action`` / ``TRAINGUARD_MODE=action``) and the wor
 process runs with *now*, so an Action advice recorded before a restart with ``--mode monitor`` is
 never carried out after it.
 
-The runtime pause needs no restart: a person sets it with ``trainguard pause``, the HTTP API, the
+The runtime pause needs no restart: a person sets it with ``trainguard actions pause``, the HTTP API, the
 console or (under the operator) the ``trainguard-control`` ConfigMap, and it is stored in the audit
 database (table ``controls``), so every replica and every restart sees it. Each step reads it
 afresh: a pause takes effect at the next step of anything in flight and within one sweep for
