@@ -375,7 +375,9 @@ class AuditStore:
     def _log(
         self, session: AsyncSession, *, at: float, workload: str, attempt: int | None, kind: vocab.AuditKind,
         payload: dict[str, Any], decided_by: str,
-    ) -> None:
+    ) -> tables.AuditLogRow:
+        """Append one record to ``audit_log`` in ``session``'s transaction; the observers are told
+        of it once that transaction commits (``_commit``). Every audit row is written here."""
         row = tables.AuditLogRow(
             time=to_datetime(at), workload=workload, attempt=attempt, kind=kind.value, payload=payload,
             decided_by=decided_by, policy_version=self.context.policy_version,
@@ -384,6 +386,7 @@ class AuditStore:
         session.add(row)
         if self.observers:
             session.info.setdefault(_WRITTEN, []).append((row, at))
+        return row
 
     @staticmethod
     async def _ensure_workload(session: AsyncSession, workload: str, at: float) -> None:
@@ -1222,12 +1225,8 @@ class AuditStore:
         ``action`` record whose ``decided_by`` is ``api`` and whose payload names who (``by``)."""
 
         async def work(session: AsyncSession) -> AuditRecord:
-            row = tables.AuditLogRow(
-                time=to_datetime(at), workload=workload, attempt=attempt, kind=vocab.AuditKind.ACTION.value,
-                payload={**payload, "by": by}, decided_by="api", policy_version=self.context.policy_version,
-                catalog_version=self.context.catalog_version, settings_fingerprint=self.context.settings_fingerprint,
-            )
-            session.add(row)
+            row = self._log(session, at=at, workload=workload, attempt=attempt, kind=vocab.AuditKind.ACTION,
+                            payload={**payload, "by": by}, decided_by="api")
             await session.flush()
             return AuditRecord(id=row.id, time=to_datetime(at), workload=workload, attempt=attempt,
                                kind=vocab.AuditKind.ACTION, payload=dict(row.payload), decided_by="api",

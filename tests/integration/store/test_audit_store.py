@@ -385,3 +385,26 @@ async def test_ids_differing_by_case_are_distinct_and_text_in_any_script_survive
         assert await store.audit_records(workload="slurm/TRAIN/1") == []
     finally:
         await store.close()
+
+
+async def test_a_person_s_api_action_is_told_to_the_observers_like_every_record(db_url: str):
+    """``record_api_action`` goes through the same audit-log path as every other record: the
+    observers (the engine's metrics) hear of it after commit, with the row's contract fields."""
+    store = await database.open_store(db_url)
+    told: list[audit.Written] = []
+
+    class Recorder:
+        def audit_written(self, record: audit.Written) -> None:
+            told.append(record)
+
+    store.observers.append(Recorder())
+    try:
+        written = await store.record_api_action(workload=W, attempt=0, payload={"operation": "acknowledge"},
+                                                by="alice", at=T0 + 5)
+        assert [(r.kind, r.workload, r.attempt, r.payload, r.decided_by, r.at) for r in told] == [
+            ("action", W, 0, {"operation": "acknowledge", "by": "alice"}, "api", T0 + 5)]
+        assert written.payload == {"operation": "acknowledge", "by": "alice"} and written.decided_by == "api"
+        assert written.kind is vocab.AuditKind.ACTION and written.id > 0
+        assert await store.audit_records() == [written]
+    finally:
+        await store.close()
