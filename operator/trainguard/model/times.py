@@ -37,21 +37,31 @@ def parse_iso(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
 
 
-def rfc3339_seconds(epoch: float) -> str:
-    """``2026-11-29T16:03:04Z``: UTC, whole seconds (Kubernetes ``Time`` fields, ``date -u`` style)."""
-    return to_datetime(epoch).strftime("%Y-%m-%dT%H:%M:%SZ")
+def rfc3339(when: datetime.datetime, *, micro: bool = False) -> str:
+    """``2026-11-29T16:03:04Z`` (Kubernetes ``Time``), or with ``micro`` ``2026-11-29T16:03:04.123456Z``
+    (``MicroTime``): UTC, with a ``Z``. A naive ``when`` is read as local time (``astimezone``)."""
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
-def rfc3339_micro(epoch: float) -> str:
-    """``2026-11-29T16:03:04.123456Z``: UTC with microseconds (Kubernetes ``MicroTime`` fields)."""
-    return to_datetime(epoch).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def parse_rfc3339_ns(text: str) -> int:
+    """RFC 3339 with any number of fraction digits (``Z``, an offset, or none: UTC) -> ns since the
+    epoch, exactly: the fraction is kept to the nanosecond, not rounded through a float (container
+    runtimes and log stores write nine digits, and lines a nanosecond apart must stay apart).
+    Raises ``ValueError`` when ``text`` is not such a time."""
+    base, frac = text.strip(), ""
+    if base.endswith("Z"):
+        base = base[:-1] + "+00:00"
+    if "." in base:
+        head, rest = base.split(".", 1)
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        frac, base = rest[:digits], head + rest[digits:]
+    seconds = datetime.datetime.fromisoformat(base)
+    if seconds.tzinfo is None:
+        seconds = seconds.replace(tzinfo=datetime.UTC)
+    return int(seconds.timestamp()) * NS + int((frac + "000000000")[:9])
 
 
-def ns_of(epoch: float) -> int:
-    """Epoch seconds as integer nanoseconds (truncated toward zero)."""
-    return int(epoch * NS)
-
-
-def seconds_of(ns: int) -> float:
-    """Integer nanoseconds as epoch seconds."""
-    return ns / NS
+def rfc3339_ns(ns: int) -> str:
+    """ns since the epoch -> ``2026-11-29T16:03:04.123456789Z`` (UTC, nine fraction digits)."""
+    seconds, rest = divmod(ns, NS)
+    return f"{to_datetime(seconds).strftime('%Y-%m-%dT%H:%M:%S')}.{rest:09d}Z"
