@@ -13,7 +13,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import exc as sa_exc
 
 from trainguard.model import actions, advice, anomalies, verdicts, vocab
-from trainguard.store import audit, database, tables
+from trainguard.store import audit, database, tables, tails
 
 T0 = 1_800_000_000.123456
 W = "slurm/test/7"
@@ -323,18 +323,18 @@ async def test_an_advice_whose_read_position_another_writer_inserted_first_is_st
     The advice is recorded all the same (the position then saved as an update), never lost: in a
     parallel CI run the decision of a JobSet was, its anomaly and verdict recorded and no advice."""
     store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path}/audit.db")  # type: ignore[operator]
-    real = audit.AuditStore._save_tail
+    real = tails.save_tail
     raced: list[bool] = []
 
-    async def other_writer_first(self: audit.AuditStore, session: object, records: object, at: float) -> None:
+    async def other_writer_first(session: object, records: object, at: float) -> None:
         if not raced:  # what the race does to the first try (SQLite's lock cannot interleave the two writers)
             raced.append(True)
             raise sa_exc.IntegrityError("INSERT INTO tail_positions", {}, Exception("UNIQUE constraint failed"))
-        await real(self, session, records, at)  # type: ignore[arg-type]
+        await real(session, records, at)  # type: ignore[arg-type]
 
     try:
         await store.save_tail_positions([a_tail(offset=5)], at=T0)  # the other writer's row
-        monkeypatch.setattr(audit.AuditStore, "_save_tail", other_writer_first)
+        monkeypatch.setattr(tails, "save_tail", other_writer_first)  # as record_advice calls it
         assert await store.record_advice(an_advice(), at=T0, tail=[a_tail(offset=10)]) is True
         assert raced == [True]
         assert await store.get_advice(W, 0, 1) is not None
