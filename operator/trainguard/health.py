@@ -31,6 +31,7 @@ from typing import Any, Final
 import sqlalchemy.exc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from trainguard.model import times
 from trainguard.schedulers import base
 
 logger = logging.getLogger("trainguard.health")
@@ -253,4 +254,4 @@ class Health:
 def _iso(at: float | None) -> str:
     if at is None:
         return "?"
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    return times.rfc3339(times.to_datetime(at))

@@ -39,15 +39,17 @@ import socket
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import Final, Protocol
 
 from trainguard.model import actions, workloads
 from trainguard.model import clock as clock_mod
+from trainguard.signals.discovery import JobLister
 from trainguard.store import audit
 
 logger = logging.getLogger(__name__)
 
-ShardKey = Literal["cluster", "partition", "namespace"]
+ShardKey = workloads.ShardKey
+"""The one definition is ``model.workloads.ShardKey`` (the settings name it too); kept here under its old name."""
 KEYS: Final[tuple[ShardKey, ...]] = ("cluster", "partition", "namespace")
 
 
@@ -310,10 +312,6 @@ class Ownership:
             raise actions.FencedError(f"{workload}: shard {index} is not held by {self.spec.replica} (taken over, "
                                       "released, or not renewed within the renew deadline)")
         return token
-
-
-class JobLister(Protocol):
-    async def list_jobs(self) -> list[workloads.JobSnapshot]: ...
 
 
 class OwnedLister:

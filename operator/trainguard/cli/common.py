@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainguard.model import times
 from trainguard.store import location
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def positive(text: str) -> int:
 def timestamp(text: str) -> datetime.datetime:
     """An ISO 8601 argument as an aware datetime (no offset means UTC, as the API's times)."""
     try:
-        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        when = times.parse_iso(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected an ISO 8601 time such as 2026-11-29T16:00:00Z, got {text!r}") from None

@@ -36,6 +36,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from trainguard.model.workloads import ShardKey
 from trainguard.schedulers import tokens
 from trainguard.store import location
 
@@ -57,7 +58,6 @@ READ_ELSEWHERE: Final = {
 Mode = Literal["monitor", "action"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 LogFormat = Literal["text", "json"]
-ShardKey = Literal["cluster", "partition", "namespace"]
 PathList = Annotated[list[Path], NoDecode]
 TextList = Annotated[list[str], NoDecode]
 

@@ -25,12 +25,13 @@ stderr of ``--print-config``), so its plugin logger is kept at WARNING; migratio
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
 import re
 import sys
 from typing import Any, Final, Literal
+
+from trainguard.model import times
 
 LogFormat = Literal["text", "json"]
 FORMATS: Final = ("text", "json")
@@ -94,7 +95,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="microseconds"),
+            "time": times.iso_utc(times.to_datetime(record.created)),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

@@ -17,6 +17,7 @@ import aiohttp
 
 from trainguard.doctor import http
 from trainguard.doctor.report import Check, fail, ok, warn
+from trainguard.model import times
 
 RECENT = "1h"
 """How far back the stream checks look for lines."""
@@ -128,7 +129,7 @@ async def loki(session: aiohttp.ClientSession, url: str, *, job_label: str, host
     now_ns = time.time_ns()
     matchers = ", ".join(m for m in (f'{job_label}=~".+"', selector.strip().strip("{}").strip()) if m)
     params = {"query": f"{{{matchers}}}", "limit": "20", "direction": "backward",
-              "start": str(now_ns - 3600 * 10**9), "end": str(now_ns)}
+              "start": str(now_ns - 3600 * times.NS), "end": str(now_ns)}
     try:
         answer = await get("/loki/api/v1/query_range", params)
     except http.Unreachable as exc:
@@ -155,7 +156,7 @@ async def loki(session: aiohttp.ClientSession, url: str, *, job_label: str, host
                                 settings={"job": "loki_job_label", "host": "loki_host_label",
                                           "path": "loki_path_label"},
                                 stream_of=lambda row: _loki_stream_text(row["_labels"]),
-                                time_of=lambda row: float(row["_ns"]) / 1e9))
+                                time_of=lambda row: float(row["_ns"]) / times.NS))
     return checks
 
 
@@ -246,11 +247,6 @@ _RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\
 
 def _rfc3339(text: str) -> float | None:
     """VictoriaLogs' ``_time`` (RFC 3339 with up to nanoseconds) -> epoch seconds."""
-    import datetime
-
-    m = _RFC3339.match(text.strip())
-    if m is None:
+    if _RFC3339.match(text.strip()) is None:
         return None
-    zone = "+00:00" if m.group(3) == "Z" else m.group(3)
-    frac = float(m.group(2)) if m.group(2) else 0.0
-    return datetime.datetime.fromisoformat(m.group(1) + zone).timestamp() + frac
+    return times.parse_rfc3339_ns(text) / times.NS

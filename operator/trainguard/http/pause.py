@@ -11,13 +11,13 @@ helpers through that module at call time.
 
 from __future__ import annotations
 
-import datetime
 import time
 
 from aiohttp import web
 
 from trainguard.act import switch
 from trainguard.http import auth, models
+from trainguard.model import times
 from trainguard.store import audit
 
 
@@ -31,7 +31,7 @@ def view(allow_action: bool, record: audit.ControlRecord | None,
         paused=reason is not None, breaker=tripped or "",
         reason=str(record.value.get("reason", "")) if record is not None and reason is not None else "",
         by=record.updated_by if record is not None else "",
-        since=datetime.datetime.fromtimestamp(record.updated_at, datetime.UTC) if record is not None else None)
+        since=times.to_datetime(record.updated_at) if record is not None else None)
 
 
 async def get_actions(request: web.Request) -> web.Response:

@@ -17,6 +17,8 @@ from typing import Annotated, Final
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
+from trainguard.model import times
+
 # Condition types (closed vocabulary; the values are part of the CRDs' contract).
 ACCEPTED: Final = "Accepted"
 """RecoveryPolicy: the spec was read and is in force for the workloads it covers."""
@@ -43,7 +45,7 @@ MAX_CONDITIONS: Final = 16
 
 def format_time(value: datetime.datetime) -> str:
     """RFC 3339 in UTC with second precision and a ``Z``: the wire form of ``metav1.Time``."""
-    return value.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return times.rfc3339(value)
 
 
 Timestamp = Annotated[

@@ -20,7 +20,7 @@ from typing import Any, Final
 from kubernetes_asyncio import client as k8s
 
 from trainguard.k8s import client
-from trainguard.model import vocab
+from trainguard.model import times, vocab
 
 logger = logging.getLogger(__name__)
 
@@ -138,9 +138,9 @@ def event_body(ref: ObjectRef, draft: Draft, now: datetime.datetime) -> dict[str
         "source": {"component": SOURCE_COMPONENT},
         "reportingComponent": SOURCE_COMPONENT,
         "reportingInstance": SOURCE_COMPONENT,
-        "firstTimestamp": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "lastTimestamp": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "eventTime": stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "firstTimestamp": times.rfc3339(stamp),
+        "lastTimestamp": times.rfc3339(stamp),
+        "eventTime": times.rfc3339(stamp, micro=True),
         "action": draft.reason,
         "count": 1,
     }

@@ -24,7 +24,6 @@ them; the Lease ties exactly the acting part to exactly one replica.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 
 from trainguard.k8s import client
-from trainguard.model import actions
+from trainguard.model import actions, times
 from trainguard.model import clock as clock_mod
 
 logger = logging.getLogger(__name__)
@@ -58,7 +57,7 @@ def _micro_time(seconds: float) -> str:
     """A ``metav1.MicroTime`` as the apiserver parses it: always six fraction digits and ``Z``. Sent as
     a string, since the library would send a datetime as ``isoformat()``, which drops the fraction
     at a whole second (and the apiserver then refuses the Lease)."""
-    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return times.rfc3339(times.to_datetime(seconds), micro=True)
 
 
 class Elector:

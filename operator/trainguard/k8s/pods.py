@@ -15,11 +15,12 @@ without a server.
 
 from __future__ import annotations
 
-import datetime
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from trainguard.model import times
 
 SCHEME = "k8s://"
 JOBSET = "JobSet"
@@ -43,7 +44,7 @@ LINE_PREFIX = "trainguard: pod "
 MAX_MESSAGE = 512
 """Characters of a termination message kept in the line (the kubelet allows 4 KiB, a log line less)."""
 
-NS = 1_000_000_000
+NS = times.NS
 
 
 @dataclass(frozen=True)
@@ -160,25 +161,15 @@ def parse_time_ns(text: str | None) -> int | None:
     """RFC 3339 (seconds or fractions, ``Z`` or an offset) -> ns since the epoch; None when absent or bad."""
     if not text:
         return None
-    base, frac = text.strip(), ""
-    if base.endswith("Z"):
-        base = base[:-1] + "+00:00"
-    if "." in base:
-        head, rest = base.split(".", 1)
-        digits = len(rest) - len(rest.lstrip("0123456789"))
-        frac, base = rest[:digits], head + rest[digits:]
     try:
-        seconds = datetime.datetime.fromisoformat(base)
+        return times.parse_rfc3339_ns(text)
     except ValueError:
         return None
-    if seconds.tzinfo is None:
-        seconds = seconds.replace(tzinfo=datetime.UTC)
-    return int(seconds.timestamp()) * NS + int((frac + "000000000")[:9])
 
 
 def format_time(ns: int) -> str:
     """ns since the epoch -> RFC 3339 in whole seconds (UTC), as ``sinceTime`` takes it."""
-    return datetime.datetime.fromtimestamp(ns // NS, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return times.rfc3339(times.to_datetime(ns // NS))
 
 
 @dataclass(frozen=True)

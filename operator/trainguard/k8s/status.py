@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from trainguard import engine as engine_mod
 from trainguard.k8s import client, condition, recovery
 from trainguard.k8s.kubejobs import common as kube_common
-from trainguard.model import actions, vocab, workloads
+from trainguard.model import actions, times, vocab, workloads
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def desired_object(view: WorkloadView, namespace: str, owner: Mapping[str, str] 
 
 
 def _time(seconds: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return times.to_datetime(seconds)
 
 
 def _anomalies(view: WorkloadView) -> list[recovery.AnomalySummary]:

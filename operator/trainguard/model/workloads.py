@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -147,3 +148,8 @@ class NodeSnapshot(BaseModel):
             if word:
                 words.add(word)
         return bool(words) and not words & UNUSABLE_NODE_STATES
+
+
+ShardKey = Literal["cluster", "partition", "namespace"]
+"""What a workload's shard is derived from (``shards.key_value``): its Slurm cluster, partition or
+Kubernetes namespace. Here, below the settings and ``shards``, so both name the one definition."""

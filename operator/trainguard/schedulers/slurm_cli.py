@@ -1,8 +1,9 @@
-"""Slurm text and JSON parsing, and command building, shared by every Slurm transport.
+"""Slurm text and JSON parsing, shared by every Slurm transport.
 
 Pure functions, no I/O: ``slurm_local`` (commands on this host), ``slurm_ssh`` (the same
 commands over SSH) and ``slurm_rest`` (slurmrestd JSON) turn what Slurm prints into
-``workloads.JobSnapshot`` / ``NodeSnapshot`` here, so all three agree on what a job is.
+``workloads.JobSnapshot`` / ``NodeSnapshot`` here, so all three agree on what a job is. The
+commands themselves, and the refusals they print, are ``slurm_commands``.
 
 Shapes handled (checked on Slurm 22.05.8; 24.11 shapes from the data_parser sources):
 - ``scontrol -o show job|node``: one line of ``Key=value`` pairs; values may contain spaces
@@ -15,12 +16,11 @@ Shapes handled (checked on Slurm 22.05.8; 24.11 shapes from the data_parser sour
 
 from __future__ import annotations
 
-import datetime
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainguard.model import workloads
+from trainguard.model import times, workloads
 from trainguard.schedulers import base
 
 JOB_ID_RE = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$")
@@ -159,7 +159,7 @@ def _parse_time(value: str | None) -> float | None:
     if not text or text == "Unknown":
         return None
     try:
-        return datetime.datetime.fromisoformat(text).timestamp()
+        return times.parse_iso(text).timestamp()  # naive: the host's local time
     except ValueError:
         return None
 
@@ -417,88 +417,3 @@ def job_from_json(rec: Mapping[str, Any], cluster: str = "") -> workloads.JobSna
         started_at=float(started) if started and state is not workloads.JobState.PENDING else None,
         ended_at=float(ended) if ended and state.finished else None,
     )
-
-
-# ---------------------------------------------------------------- command building (argv lists only)
-
-
-def argv_list_jobs() -> list[str]:
-    """Every job slurmctld still holds, finished ones included: discovery learns how a run ended
-    from them. ``squeue --json`` lists all states on 22.05 but only pending and running jobs on
-    24.11, like plain ``squeue``; ``--states=all`` gives the same listing on both."""
-    return ["squeue", "--json", "--states=all"]
-
-
-def argv_squeue_job(job_id: str) -> list[str]:
-    return ["squeue", "--json", "--jobs", validate_job_id(job_id)]
-
-
-def argv_show_job(job_id: str) -> list[str]:
-    return ["scontrol", "-o", "show", "job", validate_job_id(job_id)]
-
-
-def argv_show_nodes() -> list[str]:
-    return ["scontrol", "-o", "show", "node"]
-
-
-def argv_show_config() -> list[str]:
-    return ["scontrol", "show", "config"]
-
-
-def parse_show_config(text: str) -> dict[str, str]:
-    """``scontrol show config`` (``Key  = value`` lines) -> ``Key -> value``; other lines skipped."""
-    config: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if sep and key and " " not in key:
-            config.setdefault(key, value.strip())
-    return config
-
-
-def argv_job_op(op: str, job_id: str) -> list[str]:
-    if op not in ("requeue", "requeuehold", "hold", "release"):
-        raise ValueError(f"unknown job operation {op!r}")
-    return ["scontrol", op, validate_job_id(job_id)]
-
-
-def argv_cancel(job_id: str) -> list[str]:
-    return ["scancel", validate_job_id(job_id)]
-
-
-def argv_exclude(job_id: str, nodes: Sequence[str]) -> list[str]:
-    names = [validate_node(n) for n in nodes]
-    return ["scontrol", "update", f"JobId={validate_job_id(job_id)}", f"ExcNodeList={','.join(names)}"]
-
-
-def argv_node_state(node: str, state: str, reason: str | None = None) -> list[str]:
-    if state not in ("DRAIN", "RESUME"):
-        raise ValueError(f"unknown node state {state!r}")
-    argv = ["scontrol", "update", f"NodeName={validate_node(node)}", f"State={state}"]
-    if reason is not None:
-        argv.append(f"Reason={our_reason(reason)}")
-    return argv
-
-
-def our_reason(reason: str) -> str:
-    """Prefix a reason with our tag (once) and keep it on one printable line."""
-    text = " ".join(reason.split())
-    if not text.startswith(base.OUR_REASON_PREFIX):
-        text = f"{base.OUR_REASON_PREFIX} {text}".rstrip()
-    return text[:256]
-
-
-# ---------------------------------------------------------------- scheduler answers
-
-GONE_MESSAGES = ("Invalid job id specified", "Invalid job id")
-EXCLUDABLE_STATES = frozenset({workloads.JobState.PENDING, workloads.JobState.COMPLETING})
-"""States in which Slurm accepts ``ExcNodeList``: pending, and the COMPLETING that follows a
-``requeuehold`` while the old processes die (checked on 22.05: the exclusion is kept). Waiting
-for PENDING instead lets the watchdog release the hold first, and the job runs on the bad node."""
-PENDING_MESSAGE = "Job is pending execution"
-NOT_PENDING_MESSAGE = "Job is no longer pending execution"
-FINISHED_MESSAGE = "Job has already finished"
-
-
-def is_gone(message: str) -> bool:
-    return any(m in message for m in GONE_MESSAGES)

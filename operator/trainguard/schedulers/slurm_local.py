@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainguard.model import workloads
-from trainguard.schedulers import base, runner, slurm_cli
+from trainguard.schedulers import base, runner, slurm_cli, slurm_commands
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class SlurmCommandScheduler:
         if res.ok:
             return res
         msg = res.message
-        if slurm_cli.is_gone(msg):
+        if slurm_commands.is_gone(msg):
             raise base.JobGone(f"{self.name}: {msg}")
         if any(m in msg for m in ok_if):
             logger.info("%s: %s: already done (%s)", self.name, " ".join(argv), msg)
@@ -71,7 +71,7 @@ class SlurmCommandScheduler:
     async def show_config(self) -> dict[str, str]:
         """slurmctld's running configuration (``scontrol show config``): what ``trainguard doctor``
         checks the loop's requirements against (JobRequeue, AccountingStoreFlags, ...)."""
-        return slurm_cli.parse_show_config((await self._call(slurm_cli.argv_show_config())).stdout)
+        return slurm_commands.parse_show_config((await self._call(slurm_commands.argv_show_config())).stdout)
 
     def _json(self, res: runner.CommandResult) -> dict[str, Any]:
         try:
@@ -83,7 +83,7 @@ class SlurmCommandScheduler:
         errors = [e for e in data.get("errors") or [] if isinstance(e, dict)]
         if errors:
             text = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors)
-            if slurm_cli.is_gone(text):
+            if slurm_commands.is_gone(text):
                 raise base.JobGone(f"{self.name}: {text}")
             raise base.SchedulerError(f"{self.name}: {res.argv[0]}: {text}")
         return data
@@ -92,7 +92,7 @@ class SlurmCommandScheduler:
 
     async def list_jobs(self) -> list[workloads.JobSnapshot]:
         """One ``squeue --json --states=all`` for all jobs (pending, running and finished within MinJobAge)."""
-        data = self._json(await self._call(slurm_cli.argv_list_jobs()))
+        data = self._json(await self._call(slurm_commands.argv_list_jobs()))
         jobs: list[workloads.JobSnapshot] = []
         for rec in data.get("jobs") or []:
             if not isinstance(rec, dict) or not slurm_cli.opted_in(str(rec.get("comment") or "")):
@@ -111,7 +111,7 @@ class SlurmCommandScheduler:
             data = self._json(await self._call(["scontrol", "--json", "show", "job", job_id]))
             snaps = [s for r in data.get("jobs") or [] if (s := slurm_cli.job_from_json(r, cluster))]
         else:
-            res = await self._call(slurm_cli.argv_show_job(job_id))
+            res = await self._call(slurm_commands.argv_show_job(job_id))
             snaps = [
                 slurm_cli.job_from_scontrol(slurm_cli.parse_kv_line(line), cluster)
                 for line in res.stdout.splitlines()
@@ -136,7 +136,7 @@ class SlurmCommandScheduler:
         """
         if not snap.held or snap.hold_reason:
             return snap
-        data = self._json(await self._call(slurm_cli.argv_squeue_job(snap.job_id)))
+        data = self._json(await self._call(slurm_commands.argv_squeue_job(snap.job_id)))
         for rec in data.get("jobs") or []:
             fresh = slurm_cli.job_from_json(rec) if isinstance(rec, dict) else None
             if fresh is not None and fresh.job_id == snap.job_id:
@@ -145,7 +145,7 @@ class SlurmCommandScheduler:
         raise base.SchedulerError(f"{self.name}: squeue does not show held job {snap.job_id}")
 
     async def list_nodes(self) -> list[workloads.NodeSnapshot]:
-        res = await self._call(slurm_cli.argv_show_nodes())
+        res = await self._call(slurm_commands.argv_show_nodes())
         return [
             slurm_cli.node_from_scontrol(slurm_cli.parse_kv_line(line))
             for line in res.stdout.splitlines()
@@ -163,25 +163,26 @@ class SlurmCommandScheduler:
 
     async def requeue(self, job_id: str) -> None:
         logger.info("%s: requeue %s", self.name, job_id)
-        await self._call(slurm_cli.argv_job_op("requeue", job_id), ok_if=[slurm_cli.PENDING_MESSAGE])
+        await self._call(slurm_commands.argv_job_op("requeue", job_id), ok_if=[slurm_commands.PENDING_MESSAGE])
 
     async def requeue_hold(self, job_id: str) -> None:
         logger.info("%s: requeuehold %s", self.name, job_id)
-        res = await self._call(slurm_cli.argv_job_op("requeuehold", job_id), ok_if=[slurm_cli.PENDING_MESSAGE])
+        res = await self._call(slurm_commands.argv_job_op("requeuehold", job_id),
+                               ok_if=[slurm_commands.PENDING_MESSAGE])
         if not res.ok:  # already pending: holding it gives the same end state
             await self.hold(job_id)
 
     async def hold(self, job_id: str) -> None:
         logger.info("%s: hold %s", self.name, job_id)
-        await self._call(slurm_cli.argv_job_op("hold", job_id))
+        await self._call(slurm_commands.argv_job_op("hold", job_id))
 
     async def release(self, job_id: str) -> None:
         logger.info("%s: release %s", self.name, job_id)
-        await self._call(slurm_cli.argv_job_op("release", job_id), ok_if=[slurm_cli.FINISHED_MESSAGE])
+        await self._call(slurm_commands.argv_job_op("release", job_id), ok_if=[slurm_commands.FINISHED_MESSAGE])
 
     async def cancel(self, job_id: str) -> None:
         logger.info("%s: cancel %s", self.name, job_id)
-        await self._call(slurm_cli.argv_cancel(job_id), ok_if=[slurm_cli.FINISHED_MESSAGE])
+        await self._call(slurm_commands.argv_cancel(job_id), ok_if=[slurm_commands.FINISHED_MESSAGE])
 
     async def exclude_nodes(self, job_id: str, nodes: list[str]) -> None:
         for node in nodes:
@@ -195,12 +196,12 @@ class SlurmCommandScheduler:
         if merged == list(job.excluded_nodes):
             logger.info("%s: %s already excludes %s", self.name, job_id, ",".join(nodes))
             return
-        if job.state not in slurm_cli.EXCLUDABLE_STATES:
+        if job.state not in slurm_commands.EXCLUDABLE_STATES:
             raise base.SchedulerError(
                 f"{self.name}: excluded nodes can only change while a job is pending; {job_id} is {job.state}"
             )
         logger.info("%s: exclude %s from %s", self.name, ",".join(nodes), job_id)
-        await self._call(slurm_cli.argv_exclude(job_id, merged))
+        await self._call(slurm_commands.argv_exclude(job_id, merged))
 
     # ------------------------------------------------------------ node operations
 
@@ -212,7 +213,7 @@ class SlurmCommandScheduler:
                         snap.reason)
             return
         logger.info("%s: drain %s", self.name, node)
-        await self._call(slurm_cli.argv_node_state(node, "DRAIN", reason))
+        await self._call(slurm_commands.argv_node_state(node, "DRAIN", reason))
 
     async def resume_node(self, node: str) -> None:
         snap = await self._node(node)
@@ -224,7 +225,7 @@ class SlurmCommandScheduler:
                 f"{self.name}: refusing to resume {node}: its drain is not ours ({snap.reason!r})"
             )
         logger.info("%s: resume %s", self.name, node)
-        await self._call(slurm_cli.argv_node_state(node, "RESUME"))
+        await self._call(slurm_commands.argv_node_state(node, "RESUME"))
 
     async def close(self) -> None:
         await self.runner.close()

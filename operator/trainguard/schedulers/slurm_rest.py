@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from trainguard.model import workloads
-from trainguard.schedulers import base, slurm_cli, tokens
+from trainguard.schedulers import base, slurm_cli, slurm_commands, tokens
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class SlurmRest:
         errors = [e for e in (data.get("errors") or []) if isinstance(e, dict)] if isinstance(data, dict) else []
         if errors:
             msg = "; ".join(_error_text(e) for e in errors)
-            if slurm_cli.is_gone(msg):
+            if slurm_commands.is_gone(msg):
                 raise base.JobGone(f"{self.name}: {msg}")
             hint = " (an invalid or expired JWT looks like this)" if status == 500 and "Unspecified" in msg else ""
             raise base.SchedulerError(f"{self.name}: {method} {path}: HTTP {status}: {msg}{hint}")
@@ -210,7 +210,7 @@ class SlurmRest:
         except base.JobGone:
             raise
         except base.SchedulerError as exc:
-            if slurm_cli.FINISHED_MESSAGE not in str(exc):
+            if slurm_commands.FINISHED_MESSAGE not in str(exc):
                 raise
             logger.info("%s: %s already finished, nothing held", self.name, job_id)
 
@@ -231,7 +231,7 @@ class SlurmRest:
         merged = list(job.excluded_nodes) + [n for n in dict.fromkeys(nodes) if n not in job.excluded_nodes]
         if merged == list(job.excluded_nodes):
             return
-        if job.state not in slurm_cli.EXCLUDABLE_STATES:
+        if job.state not in slurm_commands.EXCLUDABLE_STATES:
             raise base.SchedulerError(
                 f"{self.name}: excluded nodes can only change while a job is pending; {job_id} is {job.state}"
             )
@@ -256,7 +256,7 @@ class SlurmRest:
             logger.info("%s: %s already drained (%s)", self.name, node, snap.reason)
             return
         logger.info("%s: drain %s", self.name, node)
-        await self._slurm("POST", f"/node/{node}", {"state": ["DRAIN"], "reason": slurm_cli.our_reason(reason)})
+        await self._slurm("POST", f"/node/{node}", {"state": ["DRAIN"], "reason": slurm_commands.our_reason(reason)})
 
     async def resume_node(self, node: str) -> None:
         if await self._minor() < 39:

@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from trainguard.model import clock as clock_mod
-from trainguard.model import signals
+from trainguard.model import signals, times
 from trainguard.signals.resume import Start
 from trainguard.signals.tailer import TailPosition
 
-NS = 1_000_000_000
+NS = times.NS
 HASH_CHARS = 16
 HASHES_KEPT = 4
 """Line hashes at the newest time kept in a stored position (16 hex each: the column holds 64)."""

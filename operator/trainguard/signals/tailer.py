@@ -109,11 +109,20 @@ class TailPosition:
 
     ``fingerprint`` is ``fingerprint_of`` the ``min(offset, FINGERPRINT_BYTES)`` bytes before
     ``offset`` ("" when unknown: then only inode and size are checked on restore).
+
+    The same shape holds a log store's position (``signals.storebook``, ``k8s.podlogs``), where
+    the fields mean other things: ``offset`` is a time in nanoseconds, ``inode`` a count of lines
+    and ``fingerprint`` their hashes. The names stay those of the file case and of the stored
+    columns (``tables.TailPositionRow``).
     """
 
     path: str
     inode: int | None
+    """A file: its inode (None: not known, not checked on restore). A log store: how many lines
+    with exactly the time ``offset`` were handed out (a line count, not an inode)."""
     offset: int
+    """A file: the byte offset just past the last line handed out. A log store: the time (ns) of
+    the newest line handed out."""
     lineno: int
     fingerprint: str = ""
 

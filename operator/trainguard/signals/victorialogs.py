@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import datetime
 import json
 import logging
 import time
@@ -53,7 +52,7 @@ from typing import Any
 import aiohttp
 
 from trainguard.model import clock as clock_mod
-from trainguard.model import signals
+from trainguard.model import signals, times
 from trainguard.signals import fileio, linehash, sources
 from trainguard.signals.storebook import NS, Out, StoreBook, Stream
 from trainguard.signals.tailer import MARKER
@@ -97,30 +96,12 @@ class Config:
 
 def parse_time(text: str) -> int:
     """RFC 3339 with up to nanoseconds (VictoriaLogs' ``_time``) -> ns since the epoch."""
-    base, frac = text, ""
-    zone = ""
-    if text.endswith("Z"):
-        base, zone = text[:-1], "+00:00"
-    if "." in base:
-        base, rest = base.split(".", 1)
-        digits = "".join(c for c in rest if c.isdigit())
-        frac, tail = digits, rest[len(digits):]
-        zone = zone or tail
-    else:
-        for sign in ("+", "-"):
-            at = base.rfind(sign)
-            if at > 10:
-                base, zone = base[:at], base[at:]
-                break
-    seconds = datetime.datetime.fromisoformat(base + (zone or "+00:00")).timestamp()
-    return int(seconds) * NS + int((frac + "000000000")[:9])
+    return times.parse_rfc3339_ns(text)
 
 
 def format_time(ns: int) -> str:
     """ns since the epoch -> RFC 3339 with nanoseconds, for LogsQL time filters."""
-    seconds, rest = divmod(ns, NS)
-    base = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{base}.{rest:09d}Z"
+    return times.rfc3339_ns(ns)
 
 
 def quote(value: str) -> str:

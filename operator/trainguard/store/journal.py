@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from trainguard.model import times
 from trainguard.store import tables
 
 PRUNE_EVERY_S = 3600.0
@@ -150,4 +151,4 @@ class JournalStore:
 
 
 def _dt(epoch: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
+    return times.to_datetime(epoch)

@@ -295,6 +295,8 @@ class TailPositionRow(Base):
     path: orm.Mapped[str] = orm.mapped_column(sa.Text)
     source: orm.Mapped[str] = orm.mapped_column(sa.String(16), default="")
     inode: orm.Mapped[int | None] = orm.mapped_column(sa.BigInteger)
+    """A file's inode; for a log store (Loki, VictoriaLogs, pod logs) the number of lines handed
+    out at the time in ``byte_offset`` (``signals.tailer.TailPosition``)."""
     byte_offset: orm.Mapped[int] = orm.mapped_column(sa.BigInteger)
     lineno: orm.Mapped[int] = orm.mapped_column(sa.BigInteger)
     fingerprint: orm.Mapped[str] = orm.mapped_column(sa.String(64), default="")

@@ -13,7 +13,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import exc as sa_exc
 
 from trainguard.model import actions, advice, anomalies, verdicts, vocab
-from trainguard.store import audit, database, tables
+from trainguard.store import audit, database, tables, tails
 
 T0 = 1_800_000_000.123456
 W = "slurm/test/7"
@@ -323,18 +323,18 @@ async def test_an_advice_whose_read_position_another_writer_inserted_first_is_st
     The advice is recorded all the same (the position then saved as an update), never lost: in a
     parallel CI run the decision of a JobSet was, its anomaly and verdict recorded and no advice."""
     store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path}/audit.db")  # type: ignore[operator]
-    real = audit.AuditStore._save_tail
+    real = tails.save_tail
     raced: list[bool] = []
 
-    async def other_writer_first(self: audit.AuditStore, session: object, records: object, at: float) -> None:
+    async def other_writer_first(session: object, records: object, at: float) -> None:
         if not raced:  # what the race does to the first try (SQLite's lock cannot interleave the two writers)
             raced.append(True)
             raise sa_exc.IntegrityError("INSERT INTO tail_positions", {}, Exception("UNIQUE constraint failed"))
-        await real(self, session, records, at)  # type: ignore[arg-type]
+        await real(session, records, at)  # type: ignore[arg-type]
 
     try:
         await store.save_tail_positions([a_tail(offset=5)], at=T0)  # the other writer's row
-        monkeypatch.setattr(audit.AuditStore, "_save_tail", other_writer_first)
+        monkeypatch.setattr(tails, "save_tail", other_writer_first)  # as record_advice calls it
         assert await store.record_advice(an_advice(), at=T0, tail=[a_tail(offset=10)]) is True
         assert raced == [True]
         assert await store.get_advice(W, 0, 1) is not None
@@ -383,5 +383,28 @@ async def test_ids_differing_by_case_are_distinct_and_text_in_any_script_survive
         [record] = await store.audit_records(workload="slurm/Train/1")
         assert record.payload == {"line": text}
         assert await store.audit_records(workload="slurm/TRAIN/1") == []
+    finally:
+        await store.close()
+
+
+async def test_a_person_s_api_action_is_told_to_the_observers_like_every_record(db_url: str):
+    """``record_api_action`` goes through the same audit-log path as every other record: the
+    observers (the engine's metrics) hear of it after commit, with the row's contract fields."""
+    store = await database.open_store(db_url)
+    told: list[audit.Written] = []
+
+    class Recorder:
+        def audit_written(self, record: audit.Written) -> None:
+            told.append(record)
+
+    store.observers.append(Recorder())
+    try:
+        written = await store.record_api_action(workload=W, attempt=0, payload={"operation": "acknowledge"},
+                                                by="alice", at=T0 + 5)
+        assert [(r.kind, r.workload, r.attempt, r.payload, r.decided_by, r.at) for r in told] == [
+            ("action", W, 0, {"operation": "acknowledge", "by": "alice"}, "api", T0 + 5)]
+        assert written.payload == {"operation": "acknowledge", "by": "alice"} and written.decided_by == "api"
+        assert written.kind is vocab.AuditKind.ACTION and written.id > 0
+        assert await store.audit_records() == [written]
     finally:
         await store.close()

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.doctor import run_doctor
 from trainguard.doctor import logs, metrics, report, slurm
-from trainguard.schedulers import slurm_cli
+from trainguard.schedulers import slurm_commands
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +38,7 @@ def by_name(checks: list[report.Check]) -> dict[str, report.Check]:
 
 
 def test_parse_show_config() -> None:
-    config = slurm_cli.parse_show_config(SHOW_CONFIG)
+    config = slurm_commands.parse_show_config(SHOW_CONFIG)
     assert config["JobRequeue"] == "1"
     assert config["AccountingStorageType"] == "accounting_storage/none"
     assert config["SLURM_VERSION"] == "22.05.8"

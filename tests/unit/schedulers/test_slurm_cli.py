@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trainguard.model import workloads
-from trainguard.schedulers import base, slurm_cli
+from trainguard.schedulers import base, slurm_cli, slurm_commands
 
 DATA = Path(__file__).parent / "data"
 
@@ -209,29 +209,29 @@ def test_nodes_and_our_reason() -> None:
     assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
     assert nodes["node4"].drained and nodes["node4"].reason == "trainguard: xid 79 on GPU 3"
     assert not nodes["node1"].drained and nodes["node1"].partitions == ["debug"]
-    assert slurm_cli.our_reason("xid 79\non gpu") == "trainguard: xid 79 on gpu"
-    assert slurm_cli.our_reason("trainguard: x") == "trainguard: x"
+    assert slurm_commands.our_reason("xid 79\non gpu") == "trainguard: xid 79 on gpu"
+    assert slurm_commands.our_reason("trainguard: x") == "trainguard: x"
 
 
 @pytest.mark.parametrize("bad", ["1;rm -rf /", "12 13", "$(id)", "", "1_", "abc", "1_2_3"])
 def test_job_ids_are_validated_before_any_command(bad: str) -> None:
     with pytest.raises(base.SchedulerError, match="not a Slurm job id"):
-        slurm_cli.argv_job_op("requeue", bad)
+        slurm_commands.argv_job_op("requeue", bad)
 
 
 @pytest.mark.parametrize("bad", ["node1;reboot", "-rf", "a b", "", "x" * 70])
 def test_node_names_are_validated(bad: str) -> None:
     with pytest.raises(base.SchedulerError, match="not a Slurm node name"):
-        slurm_cli.argv_exclude("12", ["node1", bad])
+        slurm_commands.argv_exclude("12", ["node1", bad])
 
 
 def test_argv_lists() -> None:
     # finished jobs must be listed on 24.11 too, whose squeue --json shows only active ones by default
-    assert slurm_cli.argv_list_jobs() == ["squeue", "--json", "--states=all"]
-    assert slurm_cli.argv_job_op("requeuehold", "12_3") == ["scontrol", "requeuehold", "12_3"]
-    assert slurm_cli.argv_exclude("7", ["node1", "node2"]) == [
+    assert slurm_commands.argv_list_jobs() == ["squeue", "--json", "--states=all"]
+    assert slurm_commands.argv_job_op("requeuehold", "12_3") == ["scontrol", "requeuehold", "12_3"]
+    assert slurm_commands.argv_exclude("7", ["node1", "node2"]) == [
         "scontrol", "update", "JobId=7", "ExcNodeList=node1,node2"]
-    assert slurm_cli.argv_node_state("node2", "DRAIN", "bad gpu") == [
+    assert slurm_commands.argv_node_state("node2", "DRAIN", "bad gpu") == [
         "scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=trainguard: bad gpu"]
 
 

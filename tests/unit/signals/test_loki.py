@@ -16,7 +16,7 @@ import pytest
 from tests.support import loki_replay
 from tests.support.loki_replay import CLOSE, HANG, LokiReplay, Reply, recorded, until
 from trainguard.model import clock as clock_mod
-from trainguard.signals import loki
+from trainguard.signals import loki, loki_api
 
 pytestmark = pytest.mark.unit
 
@@ -245,7 +245,7 @@ async def test_stream_without_the_job_label_is_skipped_with_a_warning(
 
 async def test_a_too_large_answer_is_asked_again_in_smaller_pages(replay: LokiReplay,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loki, "MAX_BODY", 400)
+    monkeypatch.setattr(loki_api, "MAX_BODY", 400)  # the client reads its answers
     replay.ranges += [recorded("query_range_page1.json"),  # longer than 400 bytes
                       {"status": "success", "data": {"resultType": "streams", "result": [
                           {"stream": {"job_id": "42"}, "values": [[str(T), "a"]]}]}}]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from trainguard.k8s import workloads as optin
-from trainguard.model import workloads
+from trainguard.model import times, workloads
 
 PREFIX: Final = "k8s"
 """First segment of a Kubernetes workload id: ``k8s/NAMESPACE/KIND/NAME``."""
@@ -88,7 +88,7 @@ def timestamp(value: Any) -> float | None:
     if not value:
         return None
     try:
-        return datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+        return times.parse_iso(str(value)).timestamp()
     except ValueError:
         return None
 

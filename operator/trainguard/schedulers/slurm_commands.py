@@ -1,0 +1,97 @@
+"""The Slurm commands Trainguard runs (argv lists only) and how to read their refusals.
+
+Pure functions, no I/O, beside ``slurm_cli`` (what Slurm prints, parsed): ``slurm_local`` runs these
+argv lists on this host (``slurm_ssh`` over SSH), never through a shell, and every job id and node
+name is validated before it reaches one (``slurm_cli.validate_job_id`` / ``validate_node``);
+``slurm_rest`` reads the same refusal messages from slurmrestd's errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trainguard.model import workloads
+from trainguard.schedulers import base
+from trainguard.schedulers.slurm_cli import validate_job_id, validate_node
+
+
+def argv_list_jobs() -> list[str]:
+    """Every job slurmctld still holds, finished ones included: discovery learns how a run ended
+    from them. ``squeue --json`` lists all states on 22.05 but only pending and running jobs on
+    24.11, like plain ``squeue``; ``--states=all`` gives the same listing on both."""
+    return ["squeue", "--json", "--states=all"]
+
+
+def argv_squeue_job(job_id: str) -> list[str]:
+    return ["squeue", "--json", "--jobs", validate_job_id(job_id)]
+
+
+def argv_show_job(job_id: str) -> list[str]:
+    return ["scontrol", "-o", "show", "job", validate_job_id(job_id)]
+
+
+def argv_show_nodes() -> list[str]:
+    return ["scontrol", "-o", "show", "node"]
+
+
+def argv_show_config() -> list[str]:
+    return ["scontrol", "show", "config"]
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` (``Key  = value`` lines) -> ``Key -> value``; other lines skipped."""
+    config: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if sep and key and " " not in key:
+            config.setdefault(key, value.strip())
+    return config
+
+
+def argv_job_op(op: str, job_id: str) -> list[str]:
+    if op not in ("requeue", "requeuehold", "hold", "release"):
+        raise ValueError(f"unknown job operation {op!r}")
+    return ["scontrol", op, validate_job_id(job_id)]
+
+
+def argv_cancel(job_id: str) -> list[str]:
+    return ["scancel", validate_job_id(job_id)]
+
+
+def argv_exclude(job_id: str, nodes: Sequence[str]) -> list[str]:
+    names = [validate_node(n) for n in nodes]
+    return ["scontrol", "update", f"JobId={validate_job_id(job_id)}", f"ExcNodeList={','.join(names)}"]
+
+
+def argv_node_state(node: str, state: str, reason: str | None = None) -> list[str]:
+    if state not in ("DRAIN", "RESUME"):
+        raise ValueError(f"unknown node state {state!r}")
+    argv = ["scontrol", "update", f"NodeName={validate_node(node)}", f"State={state}"]
+    if reason is not None:
+        argv.append(f"Reason={our_reason(reason)}")
+    return argv
+
+
+def our_reason(reason: str) -> str:
+    """Prefix a reason with our tag (once) and keep it on one printable line."""
+    text = " ".join(reason.split())
+    if not text.startswith(base.OUR_REASON_PREFIX):
+        text = f"{base.OUR_REASON_PREFIX} {text}".rstrip()
+    return text[:256]
+
+
+# ---------------------------------------------------------------- what their refusals say
+
+GONE_MESSAGES = ("Invalid job id specified", "Invalid job id")
+EXCLUDABLE_STATES = frozenset({workloads.JobState.PENDING, workloads.JobState.COMPLETING})
+"""States in which Slurm accepts ``ExcNodeList``: pending, and the COMPLETING that follows a
+``requeuehold`` while the old processes die (checked on 22.05: the exclusion is kept). Waiting
+for PENDING instead lets the watchdog release the hold first, and the job runs on the bad node."""
+PENDING_MESSAGE = "Job is pending execution"
+NOT_PENDING_MESSAGE = "Job is no longer pending execution"
+FINISHED_MESSAGE = "Job has already finished"
+
+
+def is_gone(message: str) -> bool:
+    return any(m in message for m in GONE_MESSAGES)

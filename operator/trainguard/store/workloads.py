@@ -1,0 +1,233 @@
+"""Tracked workloads and their attempts: registration, state, placement, history, incarnations.
+
+Place: the part of ``store.audit.AuditStore`` discovery and tracking write (``upsert_workload``,
+``record_attempt``) and a restarted engine reads back (``attempt_facts``: the policy's per-workload
+history; ``known_workloads``: which new workloads have anything to resume). ``retire_incarnation``
+moves a deleted-and-recreated object's history aside, so the newcomer starts fresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from trainguard.model import actions, times, vocab
+from trainguard.store import records, recoveries, sessions, tables
+
+
+class WorkloadStore(sessions.StoreBase):
+    """Workload and attempt rows (see the module docstring)."""
+
+    async def upsert_workload(
+        self, *, workload: str, scheduler: str, job_id: str, at: float, policy: str = "", comment: str = "",
+        opt_in_errors: Iterable[str] = (), state: str = "", incarnation: str = "",
+    ) -> None:
+        """Create or refresh a tracked workload (first_seen is kept, last_seen moves; an empty
+        ``incarnation`` keeps the stored one)."""
+
+        async def work(session: AsyncSession) -> None:
+            row = await session.get(tables.Workload, workload)
+            when = times.to_datetime(at)
+            if row is None:
+                row = tables.Workload(id=workload, first_seen=when)
+                session.add(row)
+            row.scheduler, row.job_id, row.policy, row.comment = scheduler, job_id, policy, comment
+            row.opt_in_errors, row.state, row.last_seen = list(opt_in_errors), state, when
+            if incarnation:
+                row.incarnation = incarnation
+
+        await self._transaction(work)
+
+    async def retire_incarnation(self, workload: str, *, incarnation: str, at: float) -> str | None:
+        """A new object under ``workload``'s id (``incarnation`` differs from the stored one): move
+        the predecessor's history to a retired id and return that id; None when there is nothing to
+        retire (unknown workload, same or first recorded incarnation).
+
+        Every row keyed by the workload (attempts, anomalies, verdicts, advice, actions, outcomes,
+        node incidents, read positions, scorecard snapshots, journal) moves, so the newcomer starts
+        with no retries used, no advised attempt and no read position of the old one's, and goodput
+        and the scorecard count the two apart. The predecessor's recoveries still open are closed
+        (Abandoned). The audit log is append-only and stays under the id it was written with; a
+        ``watchdog`` record there names the retired id."""
+
+        async def work(session: AsyncSession) -> str | None:
+            row = await session.get(tables.Workload, workload)
+            if row is None or not incarnation or row.incarnation == incarnation:
+                return None
+            if not row.incarnation:  # tracked before incarnations were recorded: nothing to tell apart
+                row.incarnation = incarnation
+                return None
+            previous = row.incarnation
+            retired = _retired_id(workload, previous)
+            suffix = 1
+            while await session.get(tables.Workload, retired) is not None:
+                retired, suffix = _retired_id(workload, f"{previous}.{suffix}"), suffix + 1
+            session.add(tables.Workload(
+                id=retired, scheduler=row.scheduler, job_id=row.job_id, policy=row.policy, comment=row.comment,
+                opt_in_errors=list(row.opt_in_errors), state=row.state, first_seen=row.first_seen,
+                last_seen=row.last_seen, incarnation=previous))
+            await session.flush()
+            detail = f"the workload was deleted and created again (object {incarnation}): not carried out"
+            advice_rows = (await session.execute(
+                sa.select(tables.AdviceRow).where(tables.AdviceRow.workload == workload))).scalars().all()
+            for item in advice_rows:
+                if item.disposition == vocab.Disposition.PENDING.value:
+                    recoveries.add_outcome(self, session, item, actions.OutcomeRecord(
+                        workload=workload, attempt=item.attempt, generation=item.generation,
+                        disposition=vocab.Disposition.ABANDONED, detail=detail, decided_by=vocab.Decider.WATCHDOG,
+                        at=at))
+                item.payload = {**item.payload, "workload": retired}
+            await session.flush()
+            for table in _RETIRED_WITH_THE_WORKLOAD:
+                await session.execute(sa.update(table).where(table.workload == workload).values(workload=retired)
+                                      .execution_options(synchronize_session=False))
+            row.incarnation = incarnation
+            self._log(session, at=at, workload=workload, attempt=None, kind=vocab.AuditKind.WATCHDOG,
+                      payload={"reason": f"a new object under this id (uid {incarnation}): the history of the "
+                                         f"previous one (uid {previous}) continues as {retired}",
+                               "retired_as": retired, "previous_incarnation": previous, "incarnation": incarnation},
+                      decided_by=vocab.Decider.WATCHDOG.value)
+            return retired
+
+        return await self._transaction(work)
+
+    async def set_workload_state(self, workload: str, state: str, *, at: float) -> None:
+        """The scheduler's current state of a tracked workload, as the API and console list it."""
+
+        async def work(session: AsyncSession) -> None:
+            row = await session.get(tables.Workload, workload)
+            if row is not None:
+                row.state, row.last_seen = state, times.to_datetime(at)
+
+        await self._transaction(work)
+
+    async def get_workload(self, workload: str) -> records.WorkloadRecord | None:
+        async with self._sessions() as session:
+            row = await session.get(tables.Workload, workload)
+            if row is None:
+                return None
+            return records.WorkloadRecord(
+                id=row.id, scheduler=row.scheduler, job_id=row.job_id, policy=row.policy, comment=row.comment,
+                opt_in_errors=list(row.opt_in_errors), state=row.state,
+                first_seen=times.to_epoch(row.first_seen), last_seen=times.to_epoch(row.last_seen),
+                incarnation=row.incarnation,
+            )
+
+    async def job_id_of(self, workload: str) -> str | None:
+        """The scheduler's job id for a tracked workload (None if unknown or not recorded)."""
+        record = await self.get_workload(workload)
+        return record.job_id if record is not None and record.job_id else None
+
+    async def record_attempt(
+        self, *, workload: str, attempt: int, at: float, started_at: float | None = None,
+        ended_at: float | None = None, checkpoint_saved: bool | None = None, state: str | None = None,
+        nodes: Sequence[str] | None = None, checkpoint_at: float | None = None,
+    ) -> None:
+        """Create or update one attempt; fields left None keep their stored value.
+
+        ``checkpoint_at`` (a checkpoint line's time) moves ``last_checkpoint_at`` forward only.
+
+        ``nodes`` (where the scheduler placed the attempt) is merged into what is stored, never
+        replaced: a node the attempt ran on stays part of the workload's allocation.
+        """
+
+        async def work(session: AsyncSession) -> None:
+            await sessions.ensure_workload(session, workload, at)
+            query = sa.select(tables.Attempt).where(tables.Attempt.workload == workload,
+                                                    tables.Attempt.attempt == attempt)
+            row = (await session.execute(query)).scalar_one_or_none()
+            if row is None:
+                row = tables.Attempt(workload=workload, attempt=attempt, checkpoint_saved=False, state="")
+                session.add(row)
+            if started_at is not None:
+                row.started_at = times.to_datetime(started_at)
+            if ended_at is not None:
+                row.ended_at = times.to_datetime(ended_at)
+            if checkpoint_saved is not None:
+                row.checkpoint_saved = checkpoint_saved
+            if state is not None:
+                row.state = state
+            if checkpoint_at is not None and (row.last_checkpoint_at is None
+                                              or times.to_datetime(checkpoint_at) > row.last_checkpoint_at):
+                row.last_checkpoint_at = times.to_datetime(checkpoint_at)
+            if nodes:
+                row.nodes = list(dict.fromkeys([*(row.nodes or []), *nodes]))
+
+        await self._transaction(work)
+
+    async def allocation(self, workload: str) -> list[str]:
+        """Every node the scheduler placed an attempt of ``workload`` on, as recorded, in first-seen order."""
+        async with self._sessions() as session:
+            return await allocation_of(session, workload)
+
+    async def known_workloads(self, workloads: Sequence[str]) -> set[str]:
+        """Which of ``workloads`` the store has a row for (one query per 500): a workload it does not
+        know has no history and no read positions to resume, so tracking it needs no other read."""
+        found: set[str] = set()
+        names = list(dict.fromkeys(workloads))
+        async with self._sessions() as session:
+            for start in range(0, len(names), 500):
+                query = sa.select(tables.Workload.id).where(tables.Workload.id.in_(names[start:start + 500]))
+                found.update((await session.execute(query)).scalars())
+        return found
+
+    async def attempt_facts(self, workload: str) -> list[records.AttemptHistory]:
+        """Every recorded attempt of ``workload`` with its latest verdict and its advice, oldest first."""
+        async with self._sessions() as session:
+            rows = (await session.execute(sa.select(tables.Attempt).where(tables.Attempt.workload == workload)
+                                          .order_by(tables.Attempt.attempt))).scalars().all()
+            verdicts_q = (sa.select(tables.VerdictRow).where(tables.VerdictRow.workload == workload)
+                          .order_by(tables.VerdictRow.id))
+            latest = {v.attempt: v for v in (await session.execute(verdicts_q)).scalars().all()}
+            advice_q = (sa.select(tables.AdviceRow).where(tables.AdviceRow.workload == workload)
+                        .order_by(tables.AdviceRow.attempt, tables.AdviceRow.generation))
+            given: dict[int, list[tuple[int, str, list[str]]]] = {}
+            for a in (await session.execute(advice_q)).scalars().all():
+                exclusions = [str(n) for n in (a.payload or {}).get("exclude_nodes") or []]
+                given.setdefault(a.attempt, []).append((a.generation, a.action, exclusions))
+        numbers = sorted({r.attempt for r in rows} | set(latest) | set(given))
+        by_number = {r.attempt: r for r in rows}
+        facts = []
+        for number in numbers:
+            row, verdict = by_number.get(number), latest.get(number)
+            facts.append(records.AttemptHistory(
+                attempt=number,
+                started_at=times.to_epoch(row.started_at) if row is not None and row.started_at is not None else None,
+                ended_at=times.to_epoch(row.ended_at) if row is not None and row.ended_at is not None else None,
+                checkpoint_saved=bool(row.checkpoint_saved) if row is not None else False,
+                category=verdict.category if verdict is not None else None,
+                attribution=verdict.attribution if verdict is not None else None,
+                advice=given.get(number, []),
+            ))
+        return facts
+
+
+async def allocation_of(session: AsyncSession, workload: str) -> list[str]:
+    """Every node an attempt of ``workload`` was placed on, in first-seen order (in ``session``)."""
+    query = (sa.select(tables.Attempt.nodes).where(tables.Attempt.workload == workload)
+             .order_by(tables.Attempt.attempt))
+    nodes: dict[str, None] = {}
+    for value in (await session.execute(query)).scalars().all():
+        nodes.update(dict.fromkeys(str(node) for node in value or []))
+    return list(nodes)
+
+
+_RETIRED_WITH_THE_WORKLOAD: Final = (
+    tables.Attempt, tables.AnomalyRow, tables.VerdictRow, tables.AdviceRow, tables.ActionRow, tables.OutcomeRow,
+    tables.NodeHistoryRow, tables.TailPositionRow, tables.ScorecardSnapshotRow, tables.JournalRow,
+)
+"""The tables whose rows of a workload move with its history when a new object takes its id
+(``AuditStore.retire_incarnation``); the audit log is not among them: it is never rewritten."""
+
+
+def _retired_id(workload: str, incarnation: str) -> str:
+    """``WORKLOAD@UID``, within the id column's length (the workload part shortened, then hashed)."""
+    retired = f"{workload}@{incarnation}"
+    if len(retired) <= tables.ID_LEN:
+        return retired
+    digest = hashlib.sha256(retired.encode()).hexdigest()[:16]
+    return f"{workload[: tables.ID_LEN - len(digest) - 2]}@{digest}"
