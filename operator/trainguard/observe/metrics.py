@@ -154,8 +154,8 @@ class EngineMetrics:
             "process's descriptor limit, permissions): they are not monitored until it can", registry=r)
         self.actions_paused = Gauge(
             "trainguard_actions_paused", "1 while no recovery may change the scheduler: the runtime pause is set "
-            "(trainguard actions pause, the API, the console or the trainguard-control ConfigMap) or the cluster switch "
-            "is off (--mode monitor); 0 while both keys allow Action-mode policies to act", registry=r)
+            "(trainguard actions pause, the API, the console or the trainguard-control ConfigMap) or the cluster "
+            "switch is off (--mode monitor); 0 while both keys allow Action-mode policies to act", registry=r)
         self.breaker_trips = Counter(
             "trainguard_breaker_trips", "Times the blast-radius breaker opened because an administrator's cap "
             "(--max-actions-per-hour, --max-nodes-out, --max-nodes-out-share) refused an advice", registry=r)
