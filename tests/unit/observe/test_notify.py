@@ -206,3 +206,13 @@ def test_an_empty_secret_file_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, f"targets:\n  - {{name: a, type: slack, webhook_url_file: {tmp_path / 'empty'}}}\n")
     with pytest.raises(config.ConfigError, match="is empty"):
         config.load(path)
+
+
+def test_a_group_falling_due_takes_the_open_groups_of_its_kind_along() -> None:
+    d = dedup.Deduper(settle_s=5, window_s=60)
+    d.offer(event(subject="w1", at=0), now=0)
+    d.offer(event(subject="w2", at=3), now=3)  # not due until 8: goes with w1 at 5
+    d.offer(event(events.Kind.ACTION_DONE, subject="w3", at=4), now=4)  # another kind: waits for its own time
+    [message] = d.due(5)
+    assert message.kind is events.Kind.MONITOR_ADVICE and message.subjects == ["w1", "w2"]
+    assert [m.kind for m in d.due(9)] == [events.Kind.ACTION_DONE]
