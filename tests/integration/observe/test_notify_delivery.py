@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from trainguard.act import switch
 from trainguard.model import advice, vocab
 from trainguard.observe import notify
-from trainguard.observe.notify import events
+from trainguard.observe.notify import events, service
 from trainguard.store import audit, database
 
 pytestmark = [pytest.mark.integration]
@@ -184,7 +184,7 @@ async def test_a_receiver_that_is_down_blocks_nothing_and_is_counted(
 async def test_a_full_queue_drops_and_counts_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                         receiver: Receiver) -> None:
     registry = CollectorRegistry()
-    notifier = notify.Notifier(notify_config(tmp_path, [
+    notifier = service.Notifier(notify_config(tmp_path, [
         {"name": "hook", "type": "webhook", "url_file": str(secret(tmp_path, "h", f"{receiver.url}/hook"))}],
         queue_size=5), registry)
     make: Callable[[int], events.Event] = lambda n: events.Event(  # noqa: E731

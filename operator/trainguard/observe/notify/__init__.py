@@ -12,14 +12,17 @@ All the wiring is ``attach``: one call where the shell opens the audit store.
 from __future__ import annotations
 
 from pathlib import Path
-
-from prometheus_client import CollectorRegistry
+from typing import TYPE_CHECKING
 
 from trainguard.observe.notify.config import ConfigError, NotifyConfig, load
-from trainguard.observe.notify.service import Notifier
-from trainguard.store import audit
 
-__all__ = ["ConfigError", "Notifier", "NotifyConfig", "attach", "load"]
+if TYPE_CHECKING:  # light to import: the settings (every command) read ``config``; the rest loads in attach
+    from prometheus_client import CollectorRegistry
+
+    from trainguard.observe.notify.service import Notifier
+    from trainguard.store import audit
+
+__all__ = ["ConfigError", "NotifyConfig", "attach", "load"]
 
 
 def attach(store: audit.AuditStore, config: Path | NotifyConfig | None,
@@ -30,7 +33,9 @@ def attach(store: audit.AuditStore, config: Path | NotifyConfig | None,
     the first event; ``Notifier.close`` sends what is pending (else it is lost when the loop ends)."""
     if config is None:
         return None
+    from trainguard.observe.notify import service
+
     loaded = load(config) if isinstance(config, Path) else config
-    notifier = Notifier(loaded, registry)
+    notifier = service.Notifier(loaded, registry)
     store.observers.append(notifier)
     return notifier

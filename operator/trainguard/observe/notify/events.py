@@ -27,10 +27,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from trainguard.model import actions, vocab
-from trainguard.store import audit
+
+if TYPE_CHECKING:  # the settings import this module's kinds: no database library on their path
+    from trainguard.store import audit
 
 
 class Kind(enum.StrEnum):
