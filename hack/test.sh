@@ -13,7 +13,7 @@
 #
 # Environment: TG_SLURM_ROOT=DIR runs the Slurm tiers against the Slurm of a root made by
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
-# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_MYSQL=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_IMAGE=1 / TG_SKIP_HELM=1 skip those
+# TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_MYSQL=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_ALERTMANAGER=1 / TG_SKIP_IMAGE=1 / TG_SKIP_HELM=1 skip those
 # tiers (TG_SKIP_SIM_CLUSTER=1 only the simulated-cluster tests); TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it). TG_TEST_WORKERS=N (default 2) runs pytest in N
 # pytest-xdist workers, each with its own services; TG_TEST_SLOT=S shifts every worker's services
@@ -116,6 +116,8 @@ stop_left_behind() {   # the services of one slot, its variables exported (tests
   cleanup_service hack/local-postgres.sh "${TG_PG_DIR:-$TG_REPO_ROOT/.local/postgres}"
   # MySQL/MariaDB audit-store backend (hack/local-mysql.sh; the fixture installs and starts it)
   cleanup_service hack/local-mysql.sh "${TG_MYSQL_DIR:-$TG_REPO_ROOT/.local/mysql}"
+  # Alertmanager for the alerting-rule tests (hack/local-alertmanager.sh; the fixture installs and starts it)
+  cleanup_service hack/local-alertmanager.sh "${TG_AM_DIR:-$TG_REPO_ROOT/.local/alertmanager}"
   if [ -x hack/local-kube.sh ]; then
     cleanup_service hack/local-kube.sh "${TG_KUBE_DIR:-$TG_REPO_ROOT/.local/kube}"
     # the simulated cluster's own API (tests/support/kube_cluster.py: own state directory and ports)

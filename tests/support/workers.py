@@ -34,7 +34,7 @@ PORTS = {
     "TG_SLURM_CTLD_PORT": 16817, "TG_SLURM_NODE_PORT_BASE": 17000, "TG_SLURM_REST_PORT": 16820,
     "TG_PG_PORT": 15432, "TG_MYSQL_PORT": 13306,
     "TG_KUBE_API_PORT": 16443, "TG_ETCD_PORT": 12379, "TG_ETCD_PEER_PORT": 12380,
-    "TG_SIM_PORT_BASE": 20250,
+    "TG_SIM_PORT_BASE": 20250, "TG_AM_PORT": 19093,
 }
 """Every port variable the hack scripts read, with the script's default."""
 
@@ -45,6 +45,7 @@ def _directories(env: MutableMapping[str, str]) -> dict[str, Path]:
         "TG_SLURM_DIR": local / ("slurm-root" if env.get("TG_SLURM_ROOT") else "slurm"),
         "TG_PG_DIR": local / "postgres", "TG_MYSQL_DIR": local / "mysql",
         "TG_KUBE_DIR": local / "kube", "TG_SIM_KUBE_DIR": local / "kube-sim",
+        "TG_AM_DIR": local / "alertmanager",
     }
 
 

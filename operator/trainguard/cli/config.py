@@ -37,6 +37,7 @@ from pydantic_settings import (
 )
 
 from trainguard.model.workloads import ShardKey
+from trainguard.observe.notify import config as notify_file
 from trainguard.schedulers import tokens
 from trainguard.store import location
 
@@ -195,6 +196,9 @@ class Settings(BaseSettings):
                                 "its partition or its Kubernetes namespace")
     replica_id: str = Field("", max_length=200, description="this replica's name in the shard leases (default: "
                             "host name and process id); unique per live replica", json_schema_extra=_flag(metavar="ID"))
+    notify_config: notify_file.ConfigFile | None = Field(
+        None, description="YAML file of notification targets (Slack, PagerDuty, webhook; docs/notifications.md), "
+        "checked at start", json_schema_extra=_flag(metavar="FILE"))
     log_level: LogLevel = "INFO"
     log_format: LogFormat = Field("text", description="log lines on stderr: 'text' for people, 'json' one object "
                                   "per line (time, level, logger, message, and workload, attempt, generation when "

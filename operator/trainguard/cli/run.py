@@ -157,6 +157,7 @@ async def _main(
     from trainguard.http import api as http_api
     from trainguard.http import app as http_app
     from trainguard.model import clock
+    from trainguard.observe import notify
     from trainguard.schedulers import factory
     from trainguard.store import audit, database
 
@@ -187,6 +188,7 @@ async def _main(
         await scheduler.close()
         raise _Fatal(str(exc)) from exc
     health = health_mod.Health()
+    notify.attach(store, cfg.notify_config, health.metrics.registry)  # docs/notifications.md
     engine = engine_mod.Engine(
         scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health,
         log_books=log_books,

@@ -35,7 +35,7 @@ def test_chart_rule_file_is_the_table() -> None:
 
 
 def test_check_finds_a_hand_edit_and_a_stale_file(tmp_path: Path) -> None:
-    for part in ("crds", "charts", "manifests"):
+    for part in ("crds", "charts", "manifests", "deploy"):  # deploy/: the alerting rules the chart copies
         shutil.copytree(REPO / part, tmp_path / part)
     assert packaging.main(["--root", str(tmp_path), "--check"]) == 0
     role = tmp_path / "manifests" / "base" / "rbac.yaml"
@@ -47,3 +47,8 @@ def test_check_finds_a_hand_edit_and_a_stale_file(tmp_path: Path) -> None:
     assert packaging.main(["--root", str(tmp_path), "--check"]) == 1
     assert packaging.main(["--root", str(tmp_path)]) == 0
     assert not (tmp_path / "charts" / "trainguard" / "crds" / "old.yaml").exists()
+    rules = tmp_path / "deploy" / "prometheus" / "trainguard-rules.yaml"
+    rules.write_text(rules.read_text().replace("for: 2m", "for: 3m", 1))
+    assert packaging.main(["--root", str(tmp_path), "--check"]) == 1  # the chart's copy is out of date
+    assert packaging.main(["--root", str(tmp_path)]) == 0
+    assert "for: 3m" in (tmp_path / "charts" / "trainguard" / "files" / "prometheus-rules.yaml").read_text()
