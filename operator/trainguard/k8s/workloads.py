@@ -62,4 +62,4 @@ JOBSET: Final = WorkloadKind(kind="JobSet", group="jobset.x-k8s.io", version="v1
 
 KINDS: Final[tuple[WorkloadKind, ...]] = ()
 """Kinds the operator watches today. Empty until the JobSet scheduler adapter lands; then
-``(JOBSET,)``, and ``k8s/operator.py`` registers one annotation-filtered handler per entry."""
+``(JOBSET,)``, and ``k8s/operator/handlers.py`` registers one annotation-filtered handler per entry."""
