@@ -36,6 +36,8 @@ def engine_settings(config: OperatorConfig) -> settings_mod.EngineSettings:
     """The engine's settings from the operator's configuration."""
     return settings_mod.EngineSettings(discovery_interval_s=config.poll_s,
                                        allow_action=config.allow_action,
+                                       journal_retention_s=config.journal_retention_s,
+                                       journal_max_bytes=config.journal_max_bytes,
                                        max_actions_per_hour=config.max_actions_per_hour,
                                        max_nodes_out=config.max_nodes_out,
                                        max_nodes_out_share=config.max_nodes_out_share)

@@ -60,6 +60,10 @@ class OperatorConfig:
     """The administrator's caps above every policy (``settings.EngineSettings``, ``policy.blast_radius``)."""
     max_nodes_out: int | None = settings_mod.EngineSettings.max_nodes_out
     max_nodes_out_share: float | None = settings_mod.EngineSettings.max_nodes_out_share
+    journal_retention_s: float = settings_mod.EngineSettings.journal_retention_s
+    """How long signal-journal entries are kept (``--journal-retention-days``, as for ``trainguard run``)."""
+    journal_max_bytes: int = settings_mod.EngineSettings.journal_max_bytes
+    """The signal journal's cap per workload (``--journal-max-bytes``)."""
     status_interval_s: float = 2.0
     """Seconds between two reconcile rounds of WorkloadRecovery objects (each round lists them once)."""
     retention_s: float = 3600.0
