@@ -35,6 +35,7 @@ from typing import Any, Final
 from kubernetes_asyncio import client as kclient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from trainguard.k8s import client
 from trainguard.k8s import workloads as optin
 from trainguard.k8s.kubejobs import common, jobset, nodes, pytorchjob, watching
 from trainguard.model import workloads
@@ -113,11 +114,7 @@ class KubeScheduler:
     # ------------------------------------------------------------------ raw reads and writes
 
     async def _json(self, call: Awaitable[Any]) -> common.Obj:
-        response = await call
-        try:
-            data: common.Obj = json.loads(await response.read())
-        finally:
-            response.release()
+        data: common.Obj = json.loads(await client.read_body(await call))
         return data
 
     async def _get_object(self, kind: common.Kind, namespace: str, name: str) -> common.Obj:
