@@ -1,7 +1,8 @@
 """The list+watch loops that feed ``KubeScheduler``'s cache (workloads, their pods, nodes).
 
-Kept apart from the adapter's operations: one loop per watched list, each writing into a dict the
-adapter reads, relisting from scratch after an expired resourceVersion (410) or an error.
+Kept apart from the adapter's operations: one loop per watched list (``k8s/listwatch.py``), each
+writing into a dict the adapter reads, relisting from scratch after an expired resourceVersion (410),
+an error, or the end of each watch.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ import aiohttp
 from kubernetes_asyncio import watch as kwatch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from trainguard.k8s import client, listwatch
 from trainguard.k8s.kubejobs import common
 
 logger = logging.getLogger(__name__)
 
 WATCH_TIMEOUT_S: Final = 240
-"""Server-side timeout of one watch request; the loop re-watches from the last resourceVersion."""
+"""Server-side timeout of one watch request; the loop lists again and watches from the listing."""
+NOT_SERVED_S: Final = 30.0
+"""Wait before asking again for a kind the API server does not serve (its CRD not installed)."""
 
 ReadJson = Callable[[Awaitable[Any]], Awaitable[common.Obj]]
 """Awaits an API call made with ``_preload_content=False`` and returns its JSON body."""
@@ -43,55 +47,52 @@ class Watch:
 
 
 async def watch_forever(spec: Watch, read_json: ReadJson, changed: asyncio.Event) -> None:
-    """List, then watch from the listing's resourceVersion, into ``spec.store``; again on any end.
-    ``changed`` is set on every listing and event (the engine's discovery may look now)."""
-    what, call, target, key, synced, on_event = (spec.what, spec.call, spec.store, spec.key, spec.synced,
-                                                 spec.on_event)
-    delay = 0.5
-    while True:
-        try:
-            listing = await read_json(call(_preload_content=False))
-            items = list(listing.get("items") or [])
-            for stale in [k for k in target if spec.scoped is None or k[0] == spec.scoped]:
-                del target[stale]
-            for item in items:
-                target[key(item)] = item
-                if on_event is not None:
-                    on_event(item)
-            synced.set()
-            changed.set()
-            version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-            delay = 0.5
-            async with kwatch.Watch(return_type="object") as stream:  # we keep raw dicts
-                events = stream.stream(call, resource_version=version, timeout_seconds=WATCH_TIMEOUT_S,
-                                       allow_watch_bookmarks=True)
-                async for event in events:
-                    kind, obj = str(event.get("type")), event.get("raw_object") or {}
-                    if kind == "BOOKMARK" or not isinstance(obj, dict):
-                        continue
-                    if kind == "DELETED":
-                        target.pop(key(obj), None)
-                    else:
-                        target[key(obj)] = obj
-                        if on_event is not None:
-                            on_event(obj)
-                    changed.set()
-        except asyncio.CancelledError:
-            raise
-        except ApiException as exc:
-            if exc.status == 404:  # the kind's CRD is not installed: nothing of it to watch
-                synced.set()
-                logger.info("watch %s: not served by this API server (404); retrying in 30 s", what)
-                await asyncio.sleep(30.0)
-                continue
-            if exc.status != 410:
-                logger.warning("watch %s: %s %s; retrying in %.1f s", what, exc.status, exc.reason, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-            logger.warning("watch %s: %s; retrying in %.1f s", what, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 30.0)
+    """List, then watch from the listing's resourceVersion, into ``spec.store``; again on any end
+    (``listwatch.list_watch_forever``). ``changed`` is set on every listing and event (the engine's
+    discovery may look now)."""
+    target, key, on_event = spec.store, spec.key, spec.on_event
+
+    async def relist() -> str:
+        listing = await read_json(spec.call(_preload_content=False))
+        items = list(listing.get("items") or [])
+        for stale in [k for k in target if spec.scoped is None or k[0] == spec.scoped]:
+            del target[stale]
+        for item in items:
+            target[key(item)] = item
+            if on_event is not None:
+                on_event(item)
+        spec.synced.set()
+        changed.set()
+        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def watch(version: str) -> str:
+        async with kwatch.Watch(return_type="object") as stream:  # we keep raw dicts
+            events = stream.stream(spec.call, resource_version=version, timeout_seconds=WATCH_TIMEOUT_S,
+                                   allow_watch_bookmarks=True)
+            async for event in events:
+                kind, obj = str(event.get("type")), event.get("raw_object") or {}
+                if kind == "BOOKMARK" or not isinstance(obj, dict):
+                    continue
+                if kind == "DELETED":
+                    target.pop(key(obj), None)
+                else:
+                    target[key(obj)] = obj
+                    if on_event is not None:
+                        on_event(obj)
+                changed.set()
+        return ""  # listed again after each watch: an object whose deletion we missed is dropped
+
+    def failed(exc: Exception, delay: float) -> float | None:
+        if client.is_not_found(exc):  # the kind's CRD is not installed: nothing of it to watch
+            spec.synced.set()
+            logger.info("watch %s: not served by this API server (404); retrying in %.0f s", spec.what, NOT_SERVED_S)
+            return NOT_SERVED_S
+        detail = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+        logger.warning("watch %s: %s; retrying in %.1f s", spec.what, detail, delay)
+        return None
+
+    await listwatch.list_watch_forever(relist, watch, failed, backoff=listwatch.Backoff(0.5, 30.0),
+                                       errors=(ApiException, aiohttp.ClientError, TimeoutError, OSError, ValueError))
 
 
 def by_name(obj: common.Obj) -> tuple[str, str]:
