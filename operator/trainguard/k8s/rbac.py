@@ -64,9 +64,9 @@ RULES: Final[tuple[Rule, ...]] = (
          "policy acceptance conditions (k8s/operator/reporting.py)"),
     Rule("core", "served", "trainguard.dev", ("workloadrecoveries",), ("get", "list", "watch", "create", "delete"),
          "one WorkloadRecovery per tracked job: created, re-read, listed for retention, deleted; kopf watches "
-         "them for mode overrides (k8s/operator/recoveries.py, k8s/status.py)"),
+         "them for mode overrides (k8s/operator/recoveries.py, k8s/status_write.py)"),
     Rule("core", "served", "trainguard.dev", ("workloadrecoveries/status",), ("patch",),
-         "the engine's view of each workload (k8s/status.py)"),
+         "the engine's view of each workload (k8s/status_write.py)"),
     Rule("core", "served", "", ("events",), ("create",),
          "Events on our CRs (k8s/events.py)"),
     Rule("core", "cluster", "authentication.k8s.io", ("tokenreviews",), ("create",),

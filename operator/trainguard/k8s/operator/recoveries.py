@@ -25,7 +25,7 @@ from kubernetes_asyncio import client as k8s
 from pydantic import ValidationError
 
 from trainguard import engine as engine_mod
-from trainguard.k8s import client, coalesce, control, recovery, status
+from trainguard.k8s import client, coalesce, control, recovery, status, status_write
 from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.model import actions, vocab
 
@@ -55,7 +55,7 @@ class Recoveries:
         self.objects: dict[str, dict[str, Any]] = {}
         """WorkloadRecovery name -> the object as last read or created (its uid names it in Events)."""
         self.untracked_since: dict[str, float] = {}
-        self.stats = status.SyncStats()
+        self.stats = status_write.SyncStats()
         self.coalescer = coalesce.StatusCoalescer()
         """WorkloadRecovery status writes: latest state per object, bounded writes/s (``k8s/coalesce.py``)."""
         self.pause_mirror: control.PauseMirror | None = None
@@ -157,7 +157,7 @@ class Recoveries:
             obj = observed
             if obj is None:
                 try:
-                    obj = await status.get_object(self.shell.api, namespace, name)
+                    obj = await status_write.get_object(self.shell.api, namespace, name)
                 except client.ApiException as exc:
                     if not client.is_not_found(exc):
                         raise
@@ -170,8 +170,8 @@ class Recoveries:
                 except client.ApiException as exc:
                     if not client.is_conflict(exc):  # AlreadyExists: someone (a retry of ours) was first
                         raise
-                    obj = await status.get_object(self.shell.api, namespace, name)
-            await status.sync_status(self.shell.api, namespace, name, view, now=self.shell.now(), observed=obj,
+                    obj = await status_write.get_object(self.shell.api, namespace, name)
+            await status_write.sync_status(self.shell.api, namespace, name, view, now=self.shell.now(), observed=obj,
                                      stats=self.stats)
             self.untracked_since.pop(name, None)
             self.objects[name] = {"metadata": {k: (obj.get("metadata") or {}).get(k) for k in ("name", "uid")}}
