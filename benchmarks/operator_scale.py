@@ -2,7 +2,7 @@
 
 Runs the real ``Engine`` (the engine tests' in-memory ``FakeScheduler`` for ``--workloads N``
 RUNNING opted-in jobs, SQLite audit store in a temporary folder) with the operator shell's record
-listener, reporter and status writer (``k8s/operator.py``, ``k8s/coalesce.py``) against the local
+listener, reporter and status writer (``k8s/operator/``, ``k8s/coalesce.py``) against the local
 kube-apiserver of ``hack/local-kube.sh up`` (CRDs applied, a fresh namespace). It creates every
 WorkloadRecovery (the shell's reconcile round), then for ``--seconds`` the engine reports
 ``--rate`` records a second spread over random workloads (anomaly records, each a status change).
@@ -97,9 +97,9 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
     async def listener(kind: str, workload: str, payload: dict[str, object]) -> None:
         if per_record:
-            await shell.write_status(workload)
+            await shell.recoveries.write_status(workload)
         else:
-            await shell.on_record(kind, workload, payload)
+            await shell.reporting.on_record(kind, workload, payload)
 
     engine = engine_mod.Engine(scheduler, store, loader.parse_text(POLICY, "bench"), catalog_mod.load_catalog(),
                                clock_=clock.SystemClock(), settings=settings_mod.EngineSettings(),
@@ -107,18 +107,18 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     shell.engine = engine
     await engine.discover()
     t0 = time.monotonic()
-    await shell.reconcile()
+    await shell.recoveries.reconcile()
     create_s = time.monotonic() - t0
     stop = asyncio.Event()
-    tasks = [asyncio.ensure_future(shell.report_forever(stop)),
-             asyncio.ensure_future(shell.coalescer.run(stop, shell.write_status))]
+    tasks = [asyncio.ensure_future(shell.reporting.report_forever(stop)),
+             asyncio.ensure_future(shell.recoveries.coalescer.run(stop, shell.recoveries.write_status))]
     rng = random.Random(args.seed)
     names = list(engine.runtimes)
-    patches0 = shell.stats.patches
+    patches0 = shell.recoveries.stats.patches
     per_second: list[int] = []
     records = 0
     start = time.monotonic()
-    second_start, second_patches = start, shell.stats.patches
+    second_start, second_patches = start, shell.recoveries.stats.patches
     while time.monotonic() - start < args.seconds:
         due = int((time.monotonic() - start) * args.rate)
         while records < due:
@@ -129,11 +129,11 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             records += 1
         await asyncio.sleep(0.01)
         if time.monotonic() - second_start >= 1.0:
-            per_second.append(shell.stats.patches - second_patches)
-            second_start, second_patches = time.monotonic(), shell.stats.patches
+            per_second.append(shell.recoveries.stats.patches - second_patches)
+            second_start, second_patches = time.monotonic(), shell.recoveries.stats.patches
     updates_end = time.monotonic()
     while True:  # the drain: every queued record reported and every dirty status written
-        if shell.records.empty() and not shell.coalescer.pending():
+        if shell.reporting.records.empty() and not shell.recoveries.coalescer.pending():
             break
         await asyncio.sleep(0.1)
     drain_s = time.monotonic() - updates_end
@@ -151,10 +151,10 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         "rate": args.rate,
         "create_s": round(create_s, 1),
         "records": records,
-        "status_patches": shell.stats.patches - patches0,
-        "writes_per_s_mean": round((shell.stats.patches - patches0) / max(elapsed + drain_s, 1e-9), 1),
+        "status_patches": shell.recoveries.stats.patches - patches0,
+        "writes_per_s_mean": round((shell.recoveries.stats.patches - patches0) / max(elapsed + drain_s, 1e-9), 1),
         "writes_per_s_max": max(per_second, default=0),
-        "budget_writes_per_s": None if per_record else shell.coalescer.max_writes_per_s,
+        "budget_writes_per_s": None if per_record else shell.recoveries.coalescer.max_writes_per_s,
         "drain_s": round(drain_s, 1),
         "differing": differing,
         "rss_before_mb": round(rss_before, 1),

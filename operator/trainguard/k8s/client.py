@@ -17,9 +17,12 @@ Two ways in, one client class:
 What the library leaves to the caller, and this module settles once:
 
 - time bound: kubernetes_asyncio sends a call without a timeout unless told; ``ApiClient`` bounds
-  every call that reads a whole answer by ``TIMEOUT_S`` (a hung connection must not stall the status
-  loop), and leaves streams (watches, ``follow`` logs: ``_preload_content=False``) to their own
-  ``timeout_seconds``;
+  every call it is not told a bound for (``time_bound``): one that reads a whole answer by
+  ``TIMEOUT_S``, whether the library reads it or the caller does (``_preload_content=False``, read
+  with ``read_body``): a hung connection must not stall the status loop or a recovery step; a watch
+  by its own ``timeoutSeconds`` plus ``STREAM_MARGIN_S`` (the server ends it by then); a ``follow``
+  log stream, which is silent for as long as its container prints nothing, only while connecting.
+  A call that runs out of time raises ``TimeoutError`` naming the request;
 - patch type: the library picks the Content-Type of a PATCH from the body (strategic merge for a dict
   on built-in kinds, JSON patch for custom objects), so every patch goes through ``merge_patch``:
   RFC 7386, where ``null`` deletes a key, on every kind;
@@ -52,15 +55,19 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 __all__ = [  # ApiException is re-exported: it is what callers catch
-    "API_ERRORS", "JSON_PATCH", "MERGE_PATCH", "TIMEOUT_S", "ApiClient", "ApiException", "body_of", "configuration_of",
-    "from_connection_info", "in_cluster", "is_conflict", "is_gone", "is_not_found", "is_retryable", "load_api_client",
-    "merge_patch", "message_of", "status_of", "to_dict", "verification_failed",
+    "API_ERRORS", "JSON_PATCH", "MERGE_PATCH", "STREAM_MARGIN_S", "TIMEOUT_S", "ApiClient", "ApiException", "body_of",
+    "configuration_of", "from_connection_info", "in_cluster", "is_conflict", "is_gone", "is_not_found", "is_retryable",
+    "load_api_client", "merge_patch", "message_of", "read_body", "status_of", "time_bound", "to_dict",
+    "verification_failed",
 ]
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
 TIMEOUT_S: Final = 30.0
 """Total time of one API call that reads a whole answer; the apiserver answers in milliseconds."""
+STREAM_MARGIN_S: Final = 30.0
+"""How long past its own ``timeoutSeconds`` a watch may stay open before the client gives up on it
+(the server ends a watch at ``timeoutSeconds``: a watch still open past it is a silent connection)."""
 USER_AGENT: Final = "trainguard-operator"
 
 API_ERRORS: Final[tuple[type[BaseException], ...]] = (ApiException, aiohttp.ClientError, TimeoutError)
@@ -69,7 +76,7 @@ where a failed call is logged and retried in the next round rather than crashing
 
 
 class ApiClient(k8s.ApiClient):
-    """kubernetes_asyncio's ApiClient with a total time bound on every non-streaming call.
+    """kubernetes_asyncio's ApiClient with a time bound on every call (``time_bound``).
 
     Close it (``await client.close()`` or ``async with``): it owns an aiohttp session."""
 
@@ -82,13 +89,54 @@ class ApiClient(k8s.ApiClient):
         self, method: str, url: str, query_params: Any = None, headers: Any = None, post_params: Any = None,
         body: Any = None, _preload_content: bool = True, _request_timeout: Any = None,
     ) -> Any:
-        """The library's request, with ``timeout_s`` as the total bound of a call that reads a whole
-        answer (the library's default is no bound at all)."""
-        if _request_timeout is None and _preload_content:
-            _request_timeout = self.timeout_s
-        return await super().request(method, url, query_params=query_params, headers=headers,
-                                     post_params=post_params, body=body, _preload_content=_preload_content,
-                                     _request_timeout=_request_timeout)
+        """The library's request, bounded by ``time_bound`` unless the caller set a bound (the library's
+        default is no bound at all). With ``_preload_content=False`` the bound covers the caller's read
+        of the body too (aiohttp's total timeout runs until the response is released)."""
+        if _request_timeout is None:
+            _request_timeout = time_bound(query_params, self.timeout_s)
+        try:
+            return await super().request(method, url, query_params=query_params, headers=headers,
+                                         post_params=post_params, body=body, _preload_content=_preload_content,
+                                         _request_timeout=_request_timeout)
+        except TimeoutError as exc:
+            if isinstance(exc, aiohttp.ClientError):  # aiohttp's own, which says what ran out
+                raise
+            raise TimeoutError(f"Kubernetes API {method} {url}: no answer within {_seconds(_request_timeout)}") from exc
+
+
+def time_bound(query_params: Any, timeout_s: float) -> float | aiohttp.ClientTimeout:
+    """The bound of one call with these query parameters: ``timeout_s`` for a call that reads a whole
+    answer; a watch's ``timeoutSeconds`` + ``STREAM_MARGIN_S``; for a stream without one (a ``follow``
+    log: silent while its container prints nothing) only the connection, by ``timeout_s``."""
+    pairs = query_params.items() if isinstance(query_params, Mapping) else (query_params or [])
+    query = {str(key): value for key, value in pairs}
+    if not any(str(query.get(key)).lower() == "true" for key in ("watch", "follow")):
+        return timeout_s
+    seconds = query.get("timeoutSeconds")
+    if seconds:
+        return float(seconds) + STREAM_MARGIN_S
+    return aiohttp.ClientTimeout(connect=timeout_s, sock_connect=timeout_s)
+
+
+def _seconds(bound: Any) -> str:
+    total = bound.total if isinstance(bound, aiohttp.ClientTimeout) else bound
+    if isinstance(bound, tuple):
+        total = sum(part or 0 for part in bound)
+    return f"{total:g} s" if isinstance(total, int | float) else "its time bound"
+
+
+async def read_body(response: Any) -> bytes:
+    """The body of an answer requested with ``_preload_content=False``, read within the call's bound
+    (``ApiClient.request``), the response released; TimeoutError names the request when it runs out."""
+    try:
+        return bytes(await response.read())
+    except TimeoutError as exc:
+        if isinstance(exc, aiohttp.ClientError):
+            raise
+        raise TimeoutError(f"Kubernetes API {response.method} {response.url}: answer not complete within "
+                           "its time bound") from exc
+    finally:
+        response.release()
 
 
 def in_cluster() -> bool:

@@ -1,7 +1,7 @@
 """Kubernetes Events for what the loop did: anomalies, verdicts, advice, outcomes.
 
 Place in the loop: the reporting step, next to ``k8s/status.py``. The engine calls its listeners
-``(kind, workload, payload)`` after each audit record; ``k8s/operator.py`` turns each into one Event
+``(kind, workload, payload)`` after each audit record; ``k8s/operator/reporting.py`` turns each into one Event
 on the workload's WorkloadRecovery (``kubectl describe recovery ...`` and ``kubectl get events``
 show them). The audit store stays the durable log: an Event that cannot be posted (throttling, API
 down) is logged and dropped, never retried into a duplicate, and never stops the loop.

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -50,7 +51,7 @@ from typing import Any, Final
 import kubernetes_asyncio.client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from trainguard.k8s import pods
+from trainguard.k8s import listwatch, pods
 from trainguard.k8s.kubejobs import jobset as jobset_kind
 from trainguard.k8s.kubejobs import pytorchjob as pytorchjob_kind
 from trainguard.model import clock as clock_mod
@@ -252,41 +253,30 @@ class PodLogBook(StoreBook):
         return min((s.floor for s in self.files), default=0)
 
     async def _watch_forever(self) -> None:
+        """The workload's pods, listed then watched (``listwatch.list_watch_forever``), each one followed."""
         assert self.target is not None
         target = self.target
         self.layout = await self.source.layout(target)
-        delay = self._config.retry_s
-        version = ""
-        while True:
-            try:
-                if not version:
-                    listed = await self.source.core.list_namespaced_pod(target.namespace,
-                                                                         label_selector=target.selector)
-                    self.source.ok()
-                    seen = set()
-                    for pod in listed.items:
-                        body = self.source.api.sanitize_for_serialization(pod)
-                        seen.add(str((body.get("metadata") or {}).get("uid", "")))
-                        self._pod(body)
-                    for uid in [u for u in self._views if u not in seen]:
-                        self._gone(uid)
-                    version = listed.metadata.resource_version or ""
-                    self.watched.set()
-                version = await self._watch(target, version)
-                delay = self._config.retry_s
-            except asyncio.CancelledError:
-                raise
-            except ApiException as exc:
-                if exc.status == 410:  # the watch's resourceVersion is too old: list again
-                    version = ""
-                    continue
-                self.source.failed(f"watching the pods of {target.path}", exc)
-                version = ""
-            except Exception as exc:
-                self.source.failed(f"watching the pods of {target.path}", exc)
-                version = ""
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._config.max_backoff_s)
+
+        async def relist() -> str:
+            listed = await self.source.core.list_namespaced_pod(target.namespace, label_selector=target.selector)
+            self.source.ok()
+            seen = set()
+            for pod in listed.items:
+                body = self.source.api.sanitize_for_serialization(pod)
+                seen.add(str((body.get("metadata") or {}).get("uid", "")))
+                self._pod(body)
+            for uid in [u for u in self._views if u not in seen]:
+                self._gone(uid)
+            self.watched.set()
+            return str(listed.metadata.resource_version or "")
+
+        def failed(exc: Exception, delay: float) -> None:
+            del delay  # one line per change of state, not per retry (PodLogSource.failed)
+            self.source.failed(f"watching the pods of {target.path}", exc)
+
+        await listwatch.list_watch_forever(relist, functools.partial(self._watch, target), failed,
+                                           backoff=listwatch.Backoff(self._config.retry_s, self._config.max_backoff_s))
 
     async def _watch(self, target: pods.Target, version: str) -> str:
         """Pod events from ``version`` until the watch ends; the newest resourceVersion seen."""

@@ -1,6 +1,6 @@
 """RecoveryPolicy objects as the operator sees them: validated, de-duplicated, turned into a PolicySet.
 
-Place in the loop: between the kopf watch of RecoveryPolicy objects (``k8s/operator.py``) and the
+Place in the loop: between the kopf watch of RecoveryPolicy objects (``k8s/operator/handlers.py``) and the
 engine's ``update_policies``. Each object is validated with the pydantic model (``policy/loader``):
 what the CRD schema could not say (a non-portable operator pattern, a name two policies select) ends
 as an ``Invalid`` condition with the field path in the message, never as a crash. The accepted ones

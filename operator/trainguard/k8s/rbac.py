@@ -13,7 +13,7 @@ Features (one row set each; a mode of the chart is a set of features):
 - ``core``: always. Our CRs in the served namespaces, Events on them, the HTTP API's reviews.
 - ``allNamespaces``: serving every namespace. kopf then scans the cluster for the CRDs it serves
   (list + watch ``customresourcedefinitions``); with a fixed list of namespaces scanning is off
-  (``k8s/operator.configure``) and kopf lists nothing cluster-wide.
+  (``k8s/operator/handlers.configure``) and kopf lists nothing cluster-wide.
 - ``slinky``: cordoning Slinky nodes (get + patch ``nodes``) and mapping slurmd pods to nodes (list
   ``pods`` in the Slinky namespace only).
 - ``peering``: several replicas, one holding the ``coordination.k8s.io`` Lease in the workload namespace.
@@ -59,14 +59,14 @@ class Rule:
 RULES: Final[tuple[Rule, ...]] = (
     # core ------------------------------------------------------------------------------------
     Rule("core", "served", "trainguard.dev", ("recoverypolicies",), ("list", "watch"),
-         "kopf watches policies (on.event); the shell lists them at start (k8s/operator.py)"),
+         "kopf watches policies (on.event); the shell lists them at start (k8s/operator/shell.py)"),
     Rule("core", "served", "trainguard.dev", ("recoverypolicies/status",), ("patch",),
-         "policy acceptance conditions (k8s/operator.py)"),
+         "policy acceptance conditions (k8s/operator/reporting.py)"),
     Rule("core", "served", "trainguard.dev", ("workloadrecoveries",), ("get", "list", "watch", "create", "delete"),
          "one WorkloadRecovery per tracked job: created, re-read, listed for retention, deleted; kopf watches "
-         "them for mode overrides (k8s/operator.py, k8s/status.py)"),
+         "them for mode overrides (k8s/operator/recoveries.py, k8s/status_write.py)"),
     Rule("core", "served", "trainguard.dev", ("workloadrecoveries/status",), ("patch",),
-         "the engine's view of each workload (k8s/status.py)"),
+         "the engine's view of each workload (k8s/status_write.py)"),
     Rule("core", "served", "", ("events",), ("create",),
          "Events on our CRs (k8s/events.py)"),
     Rule("core", "cluster", "authentication.k8s.io", ("tokenreviews",), ("create",),
@@ -77,7 +77,7 @@ RULES: Final[tuple[Rule, ...]] = (
          "the runtime pause: the trainguard-control ConfigMap in the operator's namespace (k8s/control.py)"),
     # allNamespaces ---------------------------------------------------------------------------
     Rule("allNamespaces", "cluster", "apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch"),
-         "kopf's resource scanning, on only when serving every namespace (k8s/operator.configure)"),
+         "kopf's resource scanning, on only when serving every namespace (k8s/operator/handlers.configure)"),
     # slinky ----------------------------------------------------------------------------------
     Rule("slinky", "cluster", "", ("nodes",), ("get", "list", "patch"),
          "cordon a lemon node with Slinky's node-cordon-reason annotation, Action mode only (k8s/slinky.py); "

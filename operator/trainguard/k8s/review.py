@@ -1,6 +1,6 @@
 """Who a bearer token belongs to, and what they may do, asked of Kubernetes itself.
 
-Place: the operator's ``http.auth.Reviewer`` (``k8s/operator.py`` hands it to ``http.api.mount``).
+Place: the operator's ``http.auth.Reviewer`` (``k8s/operator/entry.py`` hands it to ``http.api.mount``).
 A token that is not in ``--http-token-file`` is sent to the API server as a TokenReview; for an
 authenticated user, two SubjectAccessReviews on our CRD decide the role with the user's own RBAC:
 

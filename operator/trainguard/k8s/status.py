@@ -8,9 +8,8 @@ module turns one into the ``WorkloadRecovery`` a user sees with ``kubectl get re
   part is tested without an engine);
 - ``project`` computes the status from a view and the status currently stored (to keep condition
   transition times and respect the phase transition guard of ``k8s/recovery.py``);
-- ``sync_status`` reads the object, compares, and patches ``/status`` only when it differs, with
-  the resourceVersion it read: a concurrent writer makes the server answer 409 Conflict, and the
-  write is recomputed from a fresh read, so a concurrent writer's change is never overwritten blindly.
+- ``differs`` compares a stored object with the view; the write itself (read, compare, patch with
+  the resourceVersion read) is ``status_write.sync_status``.
 
 The audit store is the durable log; status is the view, rebuilt from the engine at any time.
 """
@@ -24,11 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from kubernetes_asyncio import client as k8s
 from pydantic import ValidationError
 
 from trainguard import engine as engine_mod
-from trainguard.k8s import client, condition, recovery
+from trainguard.k8s import condition, recovery
 from trainguard.k8s.kubejobs import common as kube_common
 from trainguard.model import actions, times, vocab, workloads
 
@@ -38,9 +36,6 @@ MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "trainguard"
 WORKLOAD_ANNOTATION: Final = "trainguard.dev/workload"
 """The engine's workload id (``slurm/<cluster>/<job id>``) on each WorkloadRecovery we create."""
-CONFLICT_RETRIES: Final = 5
-"""Re-reads after a 409 before giving up until the next round; conflicts come from a concurrent
-writer (a person, kubectl, another controller) and settle in one or two rounds."""
 
 # Condition reasons: a closed set of CamelCase constants, so clients and tests can match on them.
 POLICY_FOUND: Final = "PolicyFound"
@@ -440,69 +435,6 @@ def status_body(status: recovery.WorkloadRecoveryStatus) -> dict[str, Any]:
     """The status as JSON for a merge patch: ``null`` for cleared fields, so they are removed."""
     body: dict[str, Any] = status.model_dump(mode="json", by_alias=True)
     return body
-
-
-# ---------------------------------------------------------------------------- writing
-
-
-@dataclass
-class SyncStats:
-    """Counters of one status writer (for logs, metrics and tests)."""
-
-    patches: int = 0
-    unchanged: int = 0
-    conflicts: int = 0
-
-
-async def get_object(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    """One WorkloadRecovery as the API's JSON object; ApiException 404 when there is none."""
-    obj = await k8s.CustomObjectsApi(api).get_namespaced_custom_object(
-        recovery.GROUP, recovery.VERSION, namespace, recovery.PLURAL, name)
-    return dict(obj)
-
-
-async def sync_status(
-    api: client.ApiClient,
-    namespace: str,
-    name: str,
-    view: WorkloadView,
-    *,
-    now: datetime.datetime,
-    observed: Mapping[str, Any] | None = None,
-    stats: SyncStats | None = None,
-) -> bool:
-    """Patch the status of ``namespace/name`` to the projection of ``view`` if it differs.
-
-    ``observed`` is an object already read (e.g. by a list); its resourceVersion guards the write.
-    Returns True when a patch was written. ApiException 404 propagates (the object is gone).
-    """
-    stats = stats if stats is not None else SyncStats()
-    objects = k8s.CustomObjectsApi(api)
-    current = dict(observed) if observed is not None else await get_object(api, namespace, name)
-    for _ in range(CONFLICT_RETRIES + 1):
-        metadata = current.get("metadata") or {}
-        previous = parse_status(current.get("status"))
-        generation = metadata.get("generation")
-        desired = as_stored(project(view, previous, generation=generation if isinstance(generation, int) else None,
-                                    now=now))
-        if previous == desired:
-            stats.unchanged += 1
-            return False
-        body = {"metadata": {"resourceVersion": metadata.get("resourceVersion")}, "status": status_body(desired)}
-        try:
-            await client.merge_patch(objects.patch_namespaced_custom_object_status,
-                                     recovery.GROUP, recovery.VERSION, namespace, recovery.PLURAL, name, body=body)
-        except client.ApiException as exc:
-            if not client.is_conflict(exc):
-                raise
-            stats.conflicts += 1
-            logger.info("%s/%s: status conflict (%s); re-reading", namespace, name, client.message_of(exc))
-            current = await get_object(api, namespace, name)
-            continue
-        stats.patches += 1
-        return True
-    logger.warning("%s/%s: status still conflicting after %d re-reads; next round", namespace, name, CONFLICT_RETRIES)
-    return False
 
 
 def _seconds(value: object) -> float:

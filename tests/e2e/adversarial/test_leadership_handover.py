@@ -111,7 +111,7 @@ class Pair:
 
 
 def _identity(process: op.OperatorProcess, name: str) -> str:
-    return f"{name}-{process.pid}"  # POD_NAME-pid, as k8s/operator.py names a candidate
+    return f"{name}-{process.pid}"  # POD_NAME-pid, as k8s/operator/terms.py names a candidate
 
 
 @pytest.fixture(scope="module")

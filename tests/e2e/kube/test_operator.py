@@ -39,7 +39,7 @@ from tests.e2e.kube import operator_process as op
 from tests.support import kube
 from tests.support.slurm import SlurmCluster
 from trainguard.k8s import client as k8s_client
-from trainguard.k8s import recovery, status
+from trainguard.k8s import recovery, status, status_write
 from trainguard.model import vocab, workloads
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.slurm, pytest.mark.timeout(900)]
@@ -284,8 +284,8 @@ def test_status_writer_absorbs_a_real_409_from_a_stale_resource_version(setup: S
         policy_name=setup.policy, mode=vocab.Mode.MONITOR,
     )
 
-    async def write() -> tuple[bool, status.SyncStats]:
-        stats = status.SyncStats()
+    async def write() -> tuple[bool, status_write.SyncStats]:
+        stats = status_write.SyncStats()
         async with await k8s_client.load_api_client(str(setup.api.kubeconfig)) as client:
             with pytest.raises(k8s_client.ApiException) as raw:  # the real server's answer to a stale write
                 await k8s.CustomObjectsApi(client).patch_namespaced_custom_object_status(
@@ -293,7 +293,7 @@ def test_status_writer_absorbs_a_real_409_from_a_stale_resource_version(setup: S
                     {"metadata": {"resourceVersion": stale["metadata"]["resourceVersion"]}, "status": {"attempt": 7}},
                     _content_type=k8s_client.MERGE_PATCH)
             assert k8s_client.is_conflict(raw.value)
-            wrote = await status.sync_status(client, setup.namespace, name, view, observed=stale, stats=stats,
+            wrote = await status_write.sync_status(client, setup.namespace, name, view, observed=stale, stats=stats,
                                              now=datetime.datetime.now(datetime.UTC))
         return wrote, stats
 

@@ -78,7 +78,7 @@ async def test_two_sharded_operator_shells_split_the_workloads_and_their_recover
         spec = shards.ShardSpec(SHARDS, "cluster", name)
         shell.ownership = shards.Ownership(spec, shard_leases.KubeShardLeases(
             shell.api, namespace, shell.store, spec, clock.SystemClock(), timing=TIMING))
-        await shell._begin_term()
+        await shell.terms.begin()
         shells.append(shell)
         return shell
 
@@ -126,7 +126,7 @@ async def test_two_sharded_operator_shells_split_the_workloads_and_their_recover
             if shell.engine is not None:
                 shell.engine.abort()
             with contextlib.suppress(Exception):
-                await shell._end_term()
+                await shell.terms.end()
             if shell.api is not None:
                 await shell.api.close()
             if shell.store is not None:

@@ -63,11 +63,11 @@ async def test_a_burst_of_engine_records_for_one_workload_is_written_as_a_few_ex
     shell.store = store
     engine = engine_mod.Engine(scheduler, store, loader.parse_text(POLICY, "test"), catalog_mod.load_catalog(),
                                clock_=clock.SystemClock(), settings=settings_mod.EngineSettings(),
-                               listeners=[shell.on_record])
+                               listeners=[shell.reporting.on_record])
     shell.engine = engine
     stop = asyncio.Event()
-    tasks = [asyncio.ensure_future(shell.report_forever(stop)),
-             asyncio.ensure_future(shell.coalescer.run(stop, shell.write_status))]
+    tasks = [asyncio.ensure_future(shell.reporting.report_forever(stop)),
+             asyncio.ensure_future(shell.recoveries.coalescer.run(stop, shell.recoveries.write_status))]
     try:
         await engine.discover()
         rt = engine.runtimes["slurm/test/77"]
@@ -89,7 +89,7 @@ async def test_a_burst_of_engine_records_for_one_workload_is_written_as_a_few_ex
 
         async def settled() -> bool:
             nonlocal final
-            if not shell.records.empty() or shell.coalescer.pending():
+            if not shell.reporting.records.empty() or shell.recoveries.coalescer.pending():
                 return False
             final = await stored()
             return not status.differs(status.view_of(rt), final, now=datetime.datetime.now(datetime.UTC))
@@ -97,13 +97,14 @@ async def test_a_burst_of_engine_records_for_one_workload_is_written_as_a_few_ex
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 120
         while not await settled():
-            assert loop.time() < deadline, ("the status never caught up with the engine", shell.coalescer.stats)
+            assert loop.time() < deadline, ("the status never caught up", shell.recoveries.coalescer.stats)
             await asyncio.sleep(0.2)
         last = final["status"]["lastAnomaly"]  # type: ignore[index]
         assert (last["category"], last["pattern"]) == (CATEGORIES[(records - 1) % len(CATEGORIES)].value,
                                                        f"pattern-{records - 1}")
-        assert shell.stats.patches <= records // 6, (shell.stats, shell.coalescer.stats)
-        assert shell.coalescer.stats.marks >= records - 1  # every record was seen, and coalesced
+        recoveries = shell.recoveries
+        assert recoveries.stats.patches <= records // 6, (recoveries.stats, recoveries.coalescer.stats)
+        assert shell.recoveries.coalescer.stats.marks >= records - 1  # every record was seen, and coalesced
     finally:
         stop.set()
         for task in tasks:

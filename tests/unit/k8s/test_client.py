@@ -110,3 +110,14 @@ def test_errors_are_classified_by_status() -> None:
     assert client.is_retryable(client.ApiException(status=503, reason="Service Unavailable"))
     assert client.status_of(TimeoutError()) is None and not client.is_retryable(TimeoutError())
     assert client.message_of(client.ApiException(status=500, reason="Internal")) == "HTTP 500 Internal: Internal"
+
+
+def test_every_kind_of_call_has_a_time_bound() -> None:
+    """A whole answer: TIMEOUT_S; a watch: its own timeoutSeconds and a margin; a follow log stream
+    (silent while its container prints nothing): its connection only."""
+    assert client.time_bound(None, 30.0) == 30.0
+    assert client.time_bound([("labelSelector", "a=b")], 30.0) == 30.0
+    assert client.time_bound([("watch", True), ("timeoutSeconds", 240)], 30.0) == 240 + client.STREAM_MARGIN_S
+    assert client.time_bound({"watch": "true", "timeoutSeconds": "60"}, 30.0) == 60 + client.STREAM_MARGIN_S
+    follow = client.time_bound([("container", "c"), ("follow", "true")], 30.0)
+    assert not isinstance(follow, float) and (follow.total, follow.connect, follow.sock_connect) == (None, 30.0, 30.0)

@@ -15,7 +15,7 @@ The calls are found by reading the modules' source (the k8s package and its sub-
 
 The module decides the feature: slinky.py is Slinky's, lease.py and shard_leases.py are peering's,
 the Kubernetes-workload modules (kubejobs/, pod logs, pods, node conditions) are ``kubernetes``, the
-rest is core. kopf's own CRD scanning (all namespaces only) is checked through ``k8s/operator.configure``.
+rest is core. kopf's own CRD scanning (all namespaces only) is checked through ``k8s/operator/handlers.configure``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from trainguard.k8s import operator, rbac
 
 pytestmark = pytest.mark.unit
 
-K8S = Path(operator.__file__).parent
+K8S = Path(rbac.__file__).parent
 FEATURE_OF_MODULE = {"slinky.py": "slinky", "slinky_nodes.py": "slinky", "lease.py": "peering",
                      "shard_leases.py": "peering",
                      "podlogs.py": "kubernetes", "pods.py": "kubernetes", "node_conditions.py": "kubernetes",

@@ -1,4 +1,5 @@
-"""WorkloadRecovery ``spec.overrides`` -> the engine's per-workload overrides (k8s/recovery.py, k8s/operator.py)."""
+"""WorkloadRecovery ``spec.overrides`` -> the engine's per-workload overrides (k8s/recovery.py,
+k8s/operator/recoveries.py)."""
 
 from __future__ import annotations
 
@@ -31,13 +32,13 @@ def body(annotations: dict[str, str] | None = None, cluster: str = "gpu", **over
 
 def test_a_hand_made_workloadrecovery_applies_to_the_job_its_spec_names() -> None:
     shell = operator.Shell(operator.OperatorConfig(scheduler="slurm-local"))
-    shell.override_mode(body(mode="Monitor", maxRetries=1), deleted=False)
-    assert shell.overrides == {"slurm/gpu/5": vocab.Mode.MONITOR}
-    assert shell.policy_overrides == {"slurm/gpu/5": {"max-retries": 1}}
-    shell.override_mode(body(mode="Monitor", maxRetries=1), deleted=True)
-    assert shell.overrides == {} and shell.policy_overrides == {}
+    shell.recoveries.override_mode(body(mode="Monitor", maxRetries=1), deleted=False)
+    assert shell.recoveries.overrides == {"slurm/gpu/5": vocab.Mode.MONITOR}
+    assert shell.recoveries.policy_overrides == {"slurm/gpu/5": {"max-retries": 1}}
+    shell.recoveries.override_mode(body(mode="Monitor", maxRetries=1), deleted=True)
+    assert shell.recoveries.overrides == {} and shell.recoveries.policy_overrides == {}
     ours = body({"trainguard.dev/workload": "slurm/other/5"}, maxExcludedNodesPerJob=0)
-    shell.override_mode(ours, deleted=False)
-    assert shell.policy_overrides == {"slurm/other/5": {"max-excluded-nodes": 0}}
-    shell.override_mode(body(cluster="", maxRetries=0), deleted=False)  # no engine yet: job not tracked
-    assert set(shell.policy_overrides) == {"slurm/other/5"}
+    shell.recoveries.override_mode(ours, deleted=False)
+    assert shell.recoveries.policy_overrides == {"slurm/other/5": {"max-excluded-nodes": 0}}
+    shell.recoveries.override_mode(body(cluster="", maxRetries=0), deleted=False)  # no engine yet: job not tracked
+    assert set(shell.recoveries.policy_overrides) == {"slurm/other/5"}

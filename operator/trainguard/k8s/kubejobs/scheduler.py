@@ -35,6 +35,7 @@ from typing import Any, Final
 from kubernetes_asyncio import client as kclient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from trainguard.k8s import client
 from trainguard.k8s import workloads as optin
 from trainguard.k8s.kubejobs import common, jobset, nodes, pytorchjob, watching
 from trainguard.model import workloads
@@ -42,7 +43,7 @@ from trainguard.schedulers import base
 
 logger = logging.getLogger(__name__)
 
-KINDS: Final[tuple[common.Kind, ...]] = (jobset.KIND, pytorchjob.KIND)
+KINDS: Final[tuple[common.Kind, ...]] = watching.KINDS
 MERGE: Final = "application/merge-patch+json"
 CONFLICT_RETRIES: Final = 5
 DEFAULT_OWN_RESTART_WAIT_S: Final = 30.0
@@ -71,32 +72,24 @@ class KubeScheduler:
         self._custom = kclient.CustomObjectsApi(api)
         self._kinds = {k.kind: k for k in kinds}
         self.namespaces = tuple(namespaces)
+        """Namespaces whose workloads are watched; empty: every namespace."""
         self.node_pool_label = node_pool_label
         """The node label whose value is a node's pool, its partition for the limits (``nodes.pool_of``)."""
-        """Namespaces whose workloads are watched; empty: every namespace."""
         self.restart_wait_s = restart_wait_s
         self.own_restart_wait_s = DEFAULT_OWN_RESTART_WAIT_S
         self._now = now
-        self._objects: dict[str, dict[tuple[str, str], common.Obj]] = {k.kind: {} for k in kinds}
-        self._pods: dict[str, dict[tuple[str, str], common.Obj]] = {k.kind: {} for k in kinds}
-        self._node_objects: dict[tuple[str, str], common.Obj] = {}
-        """The nodes by ("", name), as the watch keeps them."""
+        self._cache = watching.Cache(kinds, self.namespaces, api, self._json, self._note_failure)
+        """The watch-fed view discovery reads: the workloads, their pods, the nodes (``watching.Cache``)."""
         self._failures: dict[str, common.Failure] = {}
+        """Last failed container seen per workload: the pod may be deleted by its restart before we read it."""
         self._seen_nodes: dict[str, set[str]] = {}
         """Nodes any pod of the workload ran on while we watched: its allocation, past attempts included."""
-        """Last failed container seen per workload: the pod may be deleted by its restart before we read it."""
         self._replacements: dict[str, pytorchjob.Replacements] = {}
         """Per workload of a ``counts_replacements`` kind: its pods re-created after a failure."""
         self._uids: dict[str, str] = {}
         """The uid each workload id was last read with: a new one is a new object under the same name."""
-        self._synced: dict[str, asyncio.Event] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-        self.changed = asyncio.Event()
+        self.changed = self._cache.changed
         """Set on every watch event: the engine's discovery may look now."""
-
-    @property
-    def _nodes(self) -> dict[str, common.Obj]:
-        return {key[1]: node for key, node in self._node_objects.items()}
 
     def kind(self, kind_name: str) -> common.Kind | None:
         return self._kinds.get(kind_name)
@@ -107,17 +100,13 @@ class KubeScheduler:
             namespace, kind_name, name = common.split_id(job_id)
         except ValueError:
             return None
-        obj = self._objects.get(kind_name, {}).get((namespace, name))
+        obj = self._cache.objects.get(kind_name, {}).get((namespace, name))
         return str(common.meta(obj).get("uid")) if obj is not None else None
 
     # ------------------------------------------------------------------ raw reads and writes
 
     async def _json(self, call: Awaitable[Any]) -> common.Obj:
-        response = await call
-        try:
-            data: common.Obj = json.loads(await response.read())
-        finally:
-            response.release()
+        data: common.Obj = json.loads(await client.read_body(await call))
         return data
 
     async def _get_object(self, kind: common.Kind, namespace: str, name: str) -> common.Obj:
@@ -161,16 +150,16 @@ class KubeScheduler:
         await self.wait_synced(within_s=30.0)
         excluded = self._excluded()
         found: list[workloads.JobSnapshot] = []
-        for kind_name, objects in self._objects.items():
+        for kind_name, objects in self._cache.objects.items():
             kind = self._kinds[kind_name]
             for (namespace, name), obj in list(objects.items()):
                 if common.comment_of(obj) is None:
                     continue
-                pods = [p for (ns, _), p in self._pods[kind_name].items()
+                pods = [p for (ns, _), p in self._cache.pods[kind_name].items()
                         if ns == namespace and common.labels(p).get(kind.pod_selector_key) == name]
                 wid = common.workload_id(namespace, kind.kind, name)
                 self._note_object(wid, obj)
-                fewest = common.min_nodes(pods, list(self._nodes.values()))
+                fewest = common.min_nodes(pods, list(self._cache.nodes().values()))
                 found.append(common.snapshot(kind, obj, pods, excluded, self._failures.get(wid), fewest_nodes=fewest,
                                              replaced=self._replaced(wid)))
         return found
@@ -436,10 +425,7 @@ class KubeScheduler:
         return [nodes.snapshot(n, self.node_pool_label) for n in data.get("items") or []]
 
     async def close(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._cache.close()
         if self._own_api:
             await self._api.close()
 
@@ -447,40 +433,11 @@ class KubeScheduler:
 
     def start(self) -> None:
         """Begin the watches (workloads of each kind, their pods, nodes)."""
-        if self._tasks:
-            return
-        partial = watching.functools_partial
-        for kind in self._kinds.values():
-            for namespace in self.namespaces or (None,):
-                where = namespace or "all"
-                objects = partial(self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural) \
-                    if namespace is None else partial(self._custom.list_namespaced_custom_object, kind.group,
-                                                      kind.version, namespace, kind.plural)
-                pods = partial(self._core.list_pod_for_all_namespaces, label_selector=kind.pod_selector_key) \
-                    if namespace is None else partial(self._core.list_namespaced_pod, namespace,
-                                                      label_selector=kind.pod_selector_key)
-                self._spawn(f"{kind.plural}@{where}", objects, self._objects[kind.kind], watching.by_name,
-                            scoped=namespace)
-                self._spawn(f"pods-of-{kind.plural}@{where}", pods, self._pods[kind.kind], watching.by_uid,
-                            on_event=partial(self._note_failure, kind), scoped=namespace)
-        self._spawn("nodes", self._core.list_node, self._node_objects, lambda o: ("", watching.by_name(o)[1]))
-
-    def _spawn(self, what: str, call: Callable[..., Awaitable[Any]], store: dict[tuple[str, str], common.Obj],
-               key: Callable[[common.Obj], tuple[str, str]], *,
-               on_event: Callable[[common.Obj], None] | None = None, scoped: str | None = None) -> None:
-        synced = self._synced.setdefault(what, asyncio.Event())
-        spec = watching.Watch(what, call, store, key, synced, on_event, scoped)
-        task = asyncio.ensure_future(watching.watch_forever(spec, self._json, self.changed))
-        task.set_name(f"kube-watch-{what}")
-        self._tasks.append(task)
+        self._cache.start()
 
     async def wait_synced(self, within_s: float) -> bool:
         """Whether every watch has had its first listing (waits up to ``within_s``)."""
-        if not self._synced:
-            return True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._synced.values())), within_s)
-        return all(e.is_set() for e in self._synced.values())
+        return await self._cache.wait_synced(within_s)
 
     def _note_failure(self, kind: common.Kind, pod: common.Obj) -> None:
         """Remember the pod's node and failure: its restart may delete the pod before anyone reads it."""
@@ -498,5 +455,5 @@ class KubeScheduler:
             self._failures[wid] = failure
 
     def _excluded(self) -> list[str]:
-        return [name for name, node in self._nodes.items() if nodes.has_our_taint(node)]
+        return [name for name, node in self._cache.nodes().items() if nodes.has_our_taint(node)]
 

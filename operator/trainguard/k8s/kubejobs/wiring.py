@@ -1,6 +1,6 @@
 """How the operator shell opens the Kubernetes adapter and reports on Kubernetes workloads.
 
-Kept out of ``k8s/operator.py`` so the shell only branches on the ``kubernetes`` scheduler spec:
+Kept out of the operator shell (``k8s/operator/``) so the shell only branches on the ``kubernetes`` scheduler spec:
 opening the adapter (credentials from ``k8s/client.py``), the periodic exclusion sweep, and the
 ``involvedObject`` of Events about a workload (the JobSet/PyTorchJob itself).
 """

@@ -1,0 +1,93 @@
+"""What the operator's engine is built from: the operator's side of assembling the engine.
+
+Place: the operator shell. ``open_parts`` opens, once per process, what every term's engine uses
+(catalog, scheduler adapters, engine settings, audit store, log sources, Kubernetes signals) and
+sets each on the shell as soon as it is open, so ``Shell.close`` closes whatever start-up opened
+before a failure. ``new_engine`` builds one term's engine from them (``terms.Terms.begin``).
+
+``trainguard run`` assembles its engine in ``cli/run.py``; the two differ in what the operator adds:
+the ``kubernetes`` scheduler spec, Slinky's cordons, Kubernetes signals, the term's fence and the
+shell as the engine's listener.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from trainguard import engine as engine_mod
+from trainguard import settings as settings_mod
+from trainguard.act import ports as act_ports
+from trainguard.detect import catalog as catalog_mod
+from trainguard.k8s import kube_signals as kube_signals_mod
+from trainguard.k8s import slinky_nodes
+from trainguard.k8s.kubejobs import wiring as kube_wiring
+from trainguard.k8s.operator.config import OperatorConfig
+from trainguard.schedulers import base, composite, factory
+from trainguard.signals import gpu_metrics as gpu_metrics_mod
+from trainguard.signals import loki_book, victorialogs
+from trainguard.store import audit, database
+
+if TYPE_CHECKING:
+    from trainguard.k8s.operator.shell import Shell
+
+
+def engine_settings(config: OperatorConfig) -> settings_mod.EngineSettings:
+    """The engine's settings from the operator's configuration."""
+    return settings_mod.EngineSettings(discovery_interval_s=config.poll_s,
+                                       allow_action=config.allow_action,
+                                       journal_retention_s=config.journal_retention_s,
+                                       journal_max_bytes=config.journal_max_bytes,
+                                       max_actions_per_hour=config.max_actions_per_hour,
+                                       max_nodes_out=config.max_nodes_out,
+                                       max_nodes_out_share=config.max_nodes_out_share)
+
+
+async def open_parts(shell: Shell) -> None:
+    """Open the catalog, the scheduler adapters, the audit store and the log sources onto ``shell``."""
+    config = shell.config
+    catalog = catalog_mod.load_catalog(extra_files=list(config.patterns_files))
+    fallback = None
+    env = dict(config.scheduler_env if config.scheduler_env is not None else os.environ)
+    if "slurm-rest:" in config.scheduler and config.rest_fallback != "none":
+        fallback = factory.open_scheduler(config.rest_fallback, env=env)
+    opened: list[base.Scheduler] = []
+    for spec in (part.strip() for part in config.scheduler.split(",") if part.strip()):
+        if spec == kube_wiring.SPEC:
+            # the served namespaces (--namespace); --all-namespaces: every namespace
+            opened.append(await kube_wiring.open_scheduler(namespaces=config.namespaces,
+                                                           node_pool_label=config.node_pool_label))
+        elif config.slinky_namespace:
+            # Slurm on Slinky: its nodes are taken out of service by a cordon, through the executor
+            assert shell.api is not None
+            opened.append(slinky_nodes.SlinkyScheduler(
+                factory.open_scheduler(spec, env=env, jwt=config.jwt, fallback=fallback), shell.api,
+                config.slinky_namespace))
+        else:
+            opened.append(factory.open_scheduler(spec, env=env, jwt=config.jwt, fallback=fallback))
+    shell.scheduler = opened[0] if len(opened) == 1 else composite.CompositeScheduler(opened)
+    settings = engine_settings(config)
+    context = audit.AuditContext(policy_version="kubernetes", catalog_version=catalog.version,
+                                 settings_fingerprint=settings.fingerprint())
+    shell.store = await database.open_store(config.db_url, context=context)
+    shell.catalog, shell.engine_settings = catalog, settings
+    if config.victorialogs is not None and shell.log_client is None:
+        shell.log_books, shell.log_client = victorialogs.books(config.victorialogs)
+    if config.loki is not None and shell.log_client is None:
+        shell.log_books, shell.log_client = loki_book.books(config.loki)
+    if "kubernetes" in {p.strip() for p in config.scheduler.split(",")} and shell.kube_signals is None:
+        shell.kube_signals = await kube_signals_mod.open_signals()
+        shell.log_books = kube_signals_mod.routed(shell.kube_signals.log_books, shell.log_books)
+
+
+def new_engine(shell: Shell, fence: act_ports.Fence) -> engine_mod.Engine:
+    """One term's engine over the parts ``open_parts`` opened, its records reported by the shell."""
+    assert shell.scheduler is not None and shell.store is not None and shell.catalog is not None
+    return engine_mod.Engine(
+        shell.scheduler, shell.store, shell.book.policy_set(), shell.catalog, clock_=shell.clock,
+        settings=shell.engine_settings, listeners=[shell.reporting.on_record], health=shell.health, fence=fence,
+        log_books=shell.log_books,
+        node_sources=shell.kube_signals.node_sources if shell.kube_signals is not None else (),
+        gpu_metrics_=gpu_metrics_mod.GpuMetrics(shell.config.gpu_metrics) if shell.config.gpu_metrics else None,
+        shards=shell.ownership,
+    )
