@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         max_nodes_out_share=cfg.max_nodes_out_share,
         journal_retention_s=cfg.journal_retention_days * 86400.0,
         journal_max_bytes=cfg.journal_max_bytes,
+        notify_config=cfg.notify_config,
         status_interval_s=cfg.status_interval,
         retention_s=cfg.retention,
         jwt=cfg.slurm_token_source(),

@@ -23,6 +23,7 @@ from trainguard.k8s import kube_signals as kube_signals_mod
 from trainguard.k8s import slinky_nodes
 from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.k8s.operator.config import OperatorConfig
+from trainguard.observe import notify
 from trainguard.schedulers import base, composite, factory
 from trainguard.signals import gpu_metrics as gpu_metrics_mod
 from trainguard.signals import loki_book, victorialogs
@@ -70,6 +71,7 @@ async def open_parts(shell: Shell) -> None:
     context = audit.AuditContext(policy_version="kubernetes", catalog_version=catalog.version,
                                  settings_fingerprint=settings.fingerprint())
     shell.store = await database.open_store(config.db_url, context=context)
+    shell.notifier = notify.attach(shell.store, config.notify_config, shell.health.metrics.registry)
     shell.catalog, shell.engine_settings = catalog, settings
     if config.victorialogs is not None and shell.log_client is None:
         shell.log_books, shell.log_client = victorialogs.books(config.victorialogs)

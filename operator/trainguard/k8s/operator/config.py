@@ -64,6 +64,8 @@ class OperatorConfig:
     """How long signal-journal entries are kept (``--journal-retention-days``, as for ``trainguard run``)."""
     journal_max_bytes: int = settings_mod.EngineSettings.journal_max_bytes
     """The signal journal's cap per workload (``--journal-max-bytes``)."""
+    notify_config: Path | None = None
+    """The notifications file (``--notify-config``, docs/notifications.md); None sends nothing."""
     status_interval_s: float = 2.0
     """Seconds between two reconcile rounds of WorkloadRecovery objects (each round lists them once)."""
     retention_s: float = 3600.0

@@ -40,6 +40,7 @@ from trainguard.k8s.operator import reporting as reporting_mod
 from trainguard.k8s.operator import terms as terms_mod
 from trainguard.k8s.operator.config import GROUP, POLICIES, VERSION, OperatorConfig
 from trainguard.model import clock
+from trainguard.observe.notify import service as notify_service
 from trainguard.schedulers import base
 from trainguard.signals import loki, sources, victorialogs
 from trainguard.store import audit, database
@@ -65,6 +66,8 @@ class Shell:
     catalog: catalog_mod.Catalog | None = None
     engine_settings: settings_mod.EngineSettings = field(default_factory=settings_mod.EngineSettings)
     log_client: victorialogs.Client | loki.LokiClient | None = None
+    notifier: notify_service.Notifier | None = None
+    """Sends the notifications of ``--notify-config`` from the store's committed records."""
     log_books: sources.BookFactory = sources.file_books
     """Where the engine reads job output from (set once at start from ``config.victorialogs`` or ``config.loki``)."""
     kube_signals: kube_signals_mod.KubeSignals | None = None
@@ -131,6 +134,9 @@ class Shell:
             await asyncio.gather(*tasks, return_exceptions=True)
         await self.terms.end()
         await self.terms.release()
+        notifier, self.notifier = self.notifier, None
+        if notifier is not None:
+            await notifier.close()  # what is pending is sent before the store closes
         scheduler, store, api = self.scheduler, self.store, self.api
         self.scheduler = self.store = self.api = None
         if scheduler is not None:
