@@ -35,15 +35,14 @@ import ipaddress
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from trainguard.http import login
+from trainguard.http.principal import LOCAL, ROLES, Principal
 
-Role = Literal["read", "write"]
-ROLES: Final = ("read", "write")
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
 """Probes: the kubelet sends no token."""
 CONSOLE_PAGE: Final = "/"
@@ -75,7 +74,7 @@ class ReviewUnavailable(Exception):
     """The token cannot be verified right now (the Kubernetes API does not answer): a 503."""
 
 
-Reviewer = Callable[[str], Awaitable["Principal | None"]]
+Reviewer = Callable[[str], Awaitable[Principal | None]]
 """An external check of a bearer token: its principal, None for an unknown token; may raise
 ``Forbidden`` or ``ReviewUnavailable``. The operator's is Kubernetes TokenReview +
 SubjectAccessReview (``k8s/review.py``)."""
@@ -83,20 +82,6 @@ SubjectAccessReview (``k8s/review.py``)."""
 
 class TokenFileError(ValueError):
     """A token file that cannot be used; the message names the file and line (never the token)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Principal:
-    user: str
-    role: Role
-    auth: Literal["none", "token", "kubernetes"]
-
-    @property
-    def can_write(self) -> bool:
-        return self.role == "write"
-
-
-LOCAL: Final = Principal(user="local", role="write", auth="none")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,8 +6,8 @@ The same control as ``trainguard actions reset-breaker`` (``act.switch.BREAKER``
 person resets it; the reset is audited (kind ``action``, no workload, decided by ``api``, ``by`` the
 caller, operation ``breaker-reset``). The write role is needed (``http.auth``: every POST).
 
-Place: a route module of ``http.api`` (which mounts ``ROUTES``); it reaches the API's state and
-helpers through that module at call time.
+Place: a route module of ``http.api`` (which mounts ``ROUTES``); the API's state and helpers are
+``http.common``.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from aiohttp import web
 
 from trainguard.act import switch
 from trainguard.http import auth, models
+from trainguard.http.common import STATE, answer, query, read_body
 
 
 async def reset(request: web.Request) -> web.Response:
-    from trainguard.http import api
-
-    state = request.app[api.STATE]
-    api._params(request, ())
-    body: models.PauseRequest = await api._body(request, models.PauseRequest)
+    state = request.app[STATE]
+    query(request, ())
+    body: models.PauseRequest = await read_body(request, models.PauseRequest)
     who = auth.principal_of(request)
     store = state.store()
     was_open = switch.breaker_reason(await store.control(switch.BREAKER)) is not None
@@ -35,7 +34,7 @@ async def reset(request: web.Request) -> web.Response:
                                  "was_open": was_open})
     message = ("breaker reset: Action-mode policies act again on new decisions" if was_open
                else "the breaker was not open (the reset is recorded)")
-    return api._json(models.MutationResult(ok=True, message=message))
+    return answer(models.MutationResult(ok=True, message=message))
 
 
 ROUTES = (

@@ -31,12 +31,11 @@ import html
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from trainguard.http.auth import Principal
+from trainguard.http.principal import Principal
 
 COOKIE: Final = "trainguard_session"
 LOGIN_PATH: Final = "/login"

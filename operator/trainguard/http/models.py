@@ -1,8 +1,8 @@
 """The shapes of ``/api/v1``: one pydantic source for the responses and the OpenAPI document.
 
-Every handler in ``http/api.py`` builds its answer from these models, and ``http/openapi.py``
-puts their ``model_json_schema`` into the document's components, so the document cannot drift
-from what is served (a test validates real responses against it).
+Every handler of the API (the route modules that ``http.api`` mounts) builds its answer from these
+models, and ``http/openapi.py`` puts their ``model_json_schema`` into the document's components,
+so the document cannot drift from what is served (a test validates real responses against it).
 
 ``/api/v1/workloads`` and ``/api/v1/audit`` are contracts checked from outside: an object with
 ``items`` and ``next`` (an opaque cursor, or null on the last page). Audit items carry exactly the

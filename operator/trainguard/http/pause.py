@@ -5,8 +5,8 @@ table): setting it takes effect at the next step of every recovery in every repl
 restart, and is audited (kind ``action``, no workload, decided by ``api``, ``by`` the caller). The
 write role is needed to set or clear it (``http.auth``); anyone who may read may see it.
 
-Place: a route module of ``http.api`` (which mounts ``ROUTES``); it reaches the API's state and
-helpers through that module at call time.
+Place: a route module of ``http.api`` (which mounts ``ROUTES``); the API's state and helpers are
+``http.common``.
 """
 
 from __future__ import annotations
@@ -17,17 +17,20 @@ from aiohttp import web
 
 from trainguard.act import switch
 from trainguard.http import auth, models
-from trainguard.model import times
+from trainguard.http.common import STATE, answer, query, read_body
+from trainguard.model import times, vocab
 from trainguard.store import audit
 
 
 def view(allow_action: bool, record: audit.ControlRecord | None,
          breaker: audit.ControlRecord | None = None) -> models.ActionsState:
-    """The pause as the API shows it, with the cluster switch of this process and the breaker."""
+    """The pause as the API shows it, with the cluster switch of this process and the breaker.
+    ``acting``: whether an Action-mode policy acts now (``switch.effective_mode``, the one rule)."""
     reason = switch.pause_reason(record)
     tripped = switch.breaker_reason(breaker)
+    acting = switch.effective_mode(vocab.Mode.ACTION, allow_action, reason or tripped) is vocab.Mode.ACTION
     return models.ActionsState(
-        acting=allow_action and reason is None and tripped is None, switch=allow_action,
+        acting=acting, switch=allow_action,
         paused=reason is not None, breaker=tripped or "",
         reason=str(record.value.get("reason", "")) if record is not None and reason is not None else "",
         by=record.updated_by if record is not None else "",
@@ -35,18 +38,14 @@ def view(allow_action: bool, record: audit.ControlRecord | None,
 
 
 async def get_actions(request: web.Request) -> web.Response:
-    from trainguard.http import api
-
-    state = request.app[api.STATE]
-    api._params(request, ())
+    state = request.app[STATE]
+    query(request, ())
     store = state.store()
-    return api._json(view(state.allow_action, await store.control(switch.PAUSE), await store.control(switch.BREAKER)))
+    return answer(view(state.allow_action, await store.control(switch.PAUSE), await store.control(switch.BREAKER)))
 
 
 async def _set(request: web.Request, paused: bool, reason: str) -> web.Response:
-    from trainguard.http import api
-
-    state = request.app[api.STATE]
+    state = request.app[STATE]
     who = auth.principal_of(request)
     await state.store().set_control(
         switch.PAUSE, {"paused": paused, "reason": reason}, by=who.user, channel="api", at=time.time(),
@@ -56,21 +55,17 @@ async def _set(request: web.Request, paused: bool, reason: str) -> web.Response:
     else:
         message = "actions resumed" + ("" if state.allow_action else
                                        " (the cluster switch is off: nothing acts until --mode action)")
-    return api._json(models.MutationResult(ok=True, message=message))
+    return answer(models.MutationResult(ok=True, message=message))
 
 
 async def pause(request: web.Request) -> web.Response:
-    from trainguard.http import api
-
-    api._params(request, ())
-    body: models.PauseRequest = await api._body(request, models.PauseRequest)
+    query(request, ())
+    body: models.PauseRequest = await read_body(request, models.PauseRequest)
     return await _set(request, True, body.reason)
 
 
 async def resume(request: web.Request) -> web.Response:
-    from trainguard.http import api
-
-    api._params(request, ())
+    query(request, ())
     return await _set(request, False, "")
 
 

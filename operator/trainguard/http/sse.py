@@ -1,6 +1,6 @@
 """Live audit records for the console: a small in-process fan-out fed by the audit database.
 
-Place: ``/api/v1/events`` (``http/api.py``) streams what ``Hub`` publishes as Server-Sent Events.
+Place: ``/api/v1/events`` (``http/events.py``) streams what ``Hub`` publishes as Server-Sent Events.
 The hub reads new ``audit_log`` rows (id greater than the last one it saw) every ``interval``
 seconds while anyone listens, so it sees records written by this process's engine and by any other
 process sharing the database (a second replica, a ``trainguard run`` beside an operator) alike, and

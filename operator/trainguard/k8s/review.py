@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from kubernetes_asyncio import client as k8s
 
-from trainguard.http import auth
+from trainguard.http import auth, principal
 from trainguard.k8s import client
 
 TTL_S: Final = 30.0
@@ -41,9 +41,9 @@ class KubeReviewer:
         self.namespace = namespace
         self.ttl = ttl
         self._clock = clock
-        self._cache: dict[str, tuple[float, auth.Principal | None]] = {}
+        self._cache: dict[str, tuple[float, principal.Principal | None]] = {}
 
-    async def __call__(self, token: str) -> auth.Principal | None:
+    async def __call__(self, token: str) -> principal.Principal | None:
         key = hashlib.sha256(token.encode()).hexdigest()
         now = self._clock()
         hit = self._cache.get(key)
@@ -62,7 +62,7 @@ class KubeReviewer:
         self._cache[key] = (now + self.ttl, principal)
         return principal
 
-    async def _review(self, api: client.ApiClient, token: str) -> auth.Principal | None:
+    async def _review(self, api: client.ApiClient, token: str) -> principal.Principal | None:
         answer = await k8s.AuthenticationV1Api(api).create_token_review(client.body_of(
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}))
         status = answer.status
@@ -73,13 +73,13 @@ class KubeReviewer:
         if not name:
             return None
         if await self._allowed(api, user, "patch"):
-            role: auth.Role = "write"
+            role: principal.Role = "write"
         elif await self._allowed(api, user, "list"):
             role = "read"
         else:
             where = f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
             raise auth.Forbidden(f"{name} may not list recoverypolicies.trainguard.dev {where}: no read role")
-        return auth.Principal(user=f"kube:{name}"[:200], role=role, auth="kubernetes")
+        return principal.Principal(user=f"kube:{name}"[:200], role=role, auth="kubernetes")
 
     async def _allowed(self, api: client.ApiClient, user: Any, verb: str) -> bool:
         """``user`` is the TokenReview's ``V1UserInfo``; the review asks for exactly that user."""

@@ -20,7 +20,7 @@ from trainguard import engine as engine_mod
 from trainguard import health as health_mod
 from trainguard import settings as settings_mod
 from trainguard.detect import catalog as catalog_mod
-from trainguard.http import api, auth, openapi
+from trainguard.http import api, auth, common, openapi
 from trainguard.http import app as http_app
 from trainguard.model import anomalies, clock, verdicts, vocab
 from trainguard.policy import loader
@@ -229,7 +229,7 @@ async def test_filters_select_server_side(store, session):
 
 BAD_INPUT = [
     ("/api/v1/workloads", {"cursor": "not-a-cursor!!"}, "malformed cursor"),
-    ("/api/v1/workloads", {"cursor": api.encode_cursor("audit", "x", [1])}, "malformed cursor"),
+    ("/api/v1/workloads", {"cursor": common.encode_cursor("audit", "x", [1])}, "malformed cursor"),
     ("/api/v1/workloads", {"cursor": "eyJ2IjoxfQ"}, "malformed cursor"),
     ("/api/v1/workloads", {"limit": "100000"}, "between 1 and 500"),
     ("/api/v1/workloads", {"limit": "0"}, "between 1 and 500"),
@@ -245,7 +245,7 @@ BAD_INPUT = [
     ("/api/v1/audit", {"producer": "someone"}, "unknown producer"),
     ("/api/v1/audit", {"attempt": "-1"}, "negative"),
     ("/api/v1/audit", {"order": "sideways"}, "asc or desc"),
-    ("/api/v1/audit", {"cursor": api.encode_cursor("audit", "x", ["1"])}, "other filters"),
+    ("/api/v1/audit", {"cursor": common.encode_cursor("audit", "x", ["1"])}, "other filters"),
     ("/api/v1/nodes", {"since": "nope"}, "ISO 8601"),
     ("/api/v1/nothing", {}, "no such API path"),
 ]

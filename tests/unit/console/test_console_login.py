@@ -18,7 +18,7 @@ from trainguard import health as health_mod
 from trainguard.console import web as console_web
 from trainguard.http import api as http_api
 from trainguard.http import app as http_app
-from trainguard.http import auth, login
+from trainguard.http import auth, login, principal
 
 pytestmark = pytest.mark.unit
 
@@ -27,10 +27,10 @@ WRITE = "writer-token-0123"
 REVIEWED = "kubernetes-sa-token-0123456789"
 
 
-async def reviewer(token: str) -> auth.Principal | None:
+async def reviewer(token: str) -> principal.Principal | None:
     """The operator's review contract (``auth.Reviewer``) for one known ServiceAccount token."""
     if token == REVIEWED:
-        return auth.Principal(user="system:serviceaccount:ops:viewer", role="read", auth="kubernetes")
+        return principal.Principal(user="system:serviceaccount:ops:viewer", role="read", auth="kubernetes")
     return None
 
 
