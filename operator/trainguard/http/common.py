@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from trainguard import health as health_mod
 from trainguard.http import models, sse
+from trainguard.model import times
 from trainguard.store import audit, queries
 
 if TYPE_CHECKING:
@@ -165,11 +166,11 @@ def time_of(params: Mapping[str, str], key: str) -> datetime.datetime | None:
     if text is None:
         return None
     try:
-        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        when = times.parse_iso(text)
     except ValueError:
         raise ApiError(400, f"{key} must be an ISO 8601 time such as 2026-11-29T16:00:00Z, got {text[:60]!r}") \
             from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
+    return times.as_utc(when)
 
 
 def int_of(params: Mapping[str, str], key: str) -> int | None:

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from trainguard.http import models
 from trainguard.http.common import STATE, ApiError, answer, iso, query, read_body, time_of
+from trainguard.model import times
 from trainguard.observe import goodput
 from trainguard.store import goodput as goodput_facts
 
@@ -118,7 +119,7 @@ def _epoch(when: datetime.datetime | None) -> float | None:
     """An ISO time of a request body as epoch seconds (no offset means UTC, as everywhere in the API)."""
     if when is None:
         return None
-    return (when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)).timestamp()
+    return times.to_epoch(times.as_utc(when))
 
 
 ROUTES = (

@@ -37,7 +37,7 @@ from trainguard.http.common import (
     read_body,
 )
 from trainguard.http.policies import action_policies, mode_of
-from trainguard.model import vocab
+from trainguard.model import times, vocab
 from trainguard.store import audit, queries
 
 TIMELINE_MAX: Final = 2000
@@ -94,7 +94,7 @@ async def list_workloads(request: web.Request) -> web.Response:
         if column != "id":
             if not isinstance(value, (int, float)):
                 raise ApiError(400, "malformed cursor: pass the 'next' value of the previous page unchanged")
-            value = datetime.datetime.fromtimestamp(float(value), datetime.UTC)
+            value = times.to_datetime(float(value))
         after = (value, key[1])
     rows = await state.queries().workloads(flt, sort=sort, after=after, limit=limit)
     nxt = None

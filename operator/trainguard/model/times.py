@@ -25,6 +25,12 @@ def to_epoch(when: datetime.datetime) -> float:
     return when.timestamp()
 
 
+def as_utc(when: datetime.datetime) -> datetime.datetime:
+    """``when`` with a zone: a naive datetime is read as UTC (the API's and the CLI's rule for times
+    written without an offset), an aware one is kept as it is."""
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
+
+
 def iso_utc(when: datetime.datetime) -> str:
     """``2026-11-29T16:03:04.123456+00:00``: always UTC, always six fraction digits."""
     return when.astimezone(datetime.UTC).isoformat(timespec="microseconds")

@@ -39,7 +39,7 @@ from trainguard.k8s.operator import recoveries as recoveries_mod
 from trainguard.k8s.operator import reporting as reporting_mod
 from trainguard.k8s.operator import terms as terms_mod
 from trainguard.k8s.operator.config import GROUP, POLICIES, VERSION, OperatorConfig
-from trainguard.model import clock
+from trainguard.model import clock, times
 from trainguard.observe.notify import service as notify_service
 from trainguard.schedulers import base
 from trainguard.signals import loki, sources, victorialogs
@@ -93,7 +93,7 @@ class Shell:
         self.reporting = reporting_mod.Reporting(self)
 
     def now(self) -> datetime.datetime:
-        return datetime.datetime.fromtimestamp(self.clock.now(), tz=datetime.UTC)
+        return times.to_datetime(self.clock.now())
 
     def policies_changed(self) -> None:
         """Rebuild the PolicySet from the accepted objects and hand it to the engine."""
