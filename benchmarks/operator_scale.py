@@ -123,7 +123,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         due = int((time.monotonic() - start) * args.rate)
         while records < due:
             rt = engine.runtimes[rng.choice(names)]
-            await engine._notify(rt, vocab.AuditKind.ANOMALY, {
+            await engine.notify(rt, vocab.AuditKind.ANOMALY, {
                 "symptom": "crash", "category": rng.choice(CATEGORIES), "suspect_nodes": ["node2"],
                 "evidence": [{"line": records, "text": "x", "pattern": f"p-{records}"}]})
             records += 1

@@ -47,7 +47,7 @@ _TASK_SHAPES: Final = {
     "release": ("generation",),
     "await-metrics": ("attempt",),
 }
-"""The engine's per-recovery task names (``engine._spawn``): PREFIX:WORKLOAD:<these integers>."""
+"""The engine's per-recovery task names (``engine.recovery.RecoveryRunner.start``): PREFIX:WORKLOAD:<these integers>."""
 
 _MESSAGE_SHAPES: Final = (
     (re.compile(r"^%s attempt %d generation %d\b"), ("workload", "attempt", "generation")),

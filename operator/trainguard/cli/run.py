@@ -2,9 +2,9 @@
 
 A thin shell: it reads the settings (flags, environment, config file: ``cli/config.py``), opens the
 scheduler adapter, the audit store and the policies, serves /healthz, /readyz and /metrics
-(``trainguard.http``) and hands everything to ``trainguard.engine.Engine``. Stops cleanly on
-SIGINT/SIGTERM. ``--once`` ends with exit code 1 and one line when the scheduler or the store
-cannot be reached.
+(``trainguard.http``) and hands everything to ``trainguard.engine.Engine``, built by
+``trainguard.engine.assemble`` as the operator builds its engines. Stops cleanly on SIGINT/SIGTERM.
+``--once`` ends with exit code 1 and one line when the scheduler or the store cannot be reached.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from trainguard.detect import catalog as catalog_mod
     from trainguard.model import clock
     from trainguard.policy import loader
+    from trainguard.schedulers import base
     from trainguard.signals import gpu_metrics, loki, loki_book, sources, victorialogs
     from trainguard.store import audit
 
@@ -114,15 +115,13 @@ def gpu_metrics_config(cfg: config.Settings) -> gpu_metrics.GpuMetricsConfig | N
     return result
 
 
-def open_gpu_metrics(cfg: config.Settings) -> gpu_metrics.GpuMetrics | None:
-    """The DCGM evidence source of ``--prometheus-url``, or None when it is not configured."""
-    from trainguard.signals import gpu_metrics
-
+def checked_gpu_metrics(cfg: config.Settings) -> gpu_metrics.GpuMetricsConfig | None:
+    """The DCGM evidence source's settings of ``--prometheus-url``, checked (``_Fatal`` names a bad one);
+    None when it is not configured."""
     try:
-        settings = gpu_metrics_config(cfg)
+        return gpu_metrics_config(cfg)
     except ValueError as exc:
         raise _Fatal(str(exc)) from exc
-    return None if settings is None else gpu_metrics.GpuMetrics(settings)
 
 
 def store_shards(cfg: config.Settings, store: audit.AuditStore, clock_: clock.Clock) -> shards.Ownership | None:
@@ -151,49 +150,48 @@ async def _main(
     cfg: config.RunSettings, once: bool, policies: loader.PolicySet, catalog: catalog_mod.Catalog,
     settings: settings_mod.EngineSettings,
 ) -> int:
-    from trainguard import engine as engine_mod
     from trainguard import health as health_mod
     from trainguard.console import web as console_web
+    from trainguard.engine import assemble
     from trainguard.http import api as http_api
     from trainguard.http import app as http_app
     from trainguard.model import clock
     from trainguard.observe import notify
     from trainguard.schedulers import factory
-    from trainguard.store import audit, database
+    from trainguard.store import database
 
     db_url = cfg.database_url()
     env = cfg.scheduler_env()
     log_books, log_client = log_source(cfg)  # before anything is opened: a bad secret file is one line
-    metrics = open_gpu_metrics(cfg)  # a bad setting stops us before anything is opened
+    metrics = checked_gpu_metrics(cfg)  # a bad setting stops us before anything is opened
     assert cfg.scheduler is not None
-    try:
-        fallback = None
-        if cfg.scheduler.startswith("slurm-rest:") and cfg.rest_fallback != "none":
-            fallback = factory.open_scheduler(cfg.rest_fallback, env=env)
-        scheduler = factory.open_scheduler(
-            cfg.scheduler, env=env, jwt=cfg.slurm_token_source(), fallback=fallback,
-            client_keys=[str(k) for k in cfg.ssh_key] or None,
-            known_hosts=str(cfg.known_hosts) if cfg.known_hosts else None,
-        )
-    except (ValueError, OSError) as exc:
-        raise _Fatal(str(exc)) from exc
-    context = audit.AuditContext(
-        policy_version=",".join(policies.names()),
-        catalog_version=catalog.version,
-        settings_fingerprint=settings.fingerprint(),
-    )
-    try:
-        store = await database.open_store(db_url, context=context)
-    except database.StoreError as exc:
-        await scheduler.close()
-        raise _Fatal(str(exc)) from exc
+    spec = cfg.scheduler
+
+    async def open_scheduler() -> base.Scheduler:
+        try:
+            fallback = None
+            if spec.startswith("slurm-rest:") and cfg.rest_fallback != "none":
+                fallback = factory.open_scheduler(cfg.rest_fallback, env=env)
+            return factory.open_scheduler(
+                spec, env=env, jwt=cfg.slurm_token_source(), fallback=fallback,
+                client_keys=[str(k) for k in cfg.ssh_key] or None,
+                known_hosts=str(cfg.known_hosts) if cfg.known_hosts else None,
+            )
+        except (ValueError, OSError) as exc:
+            raise _Fatal(str(exc)) from exc
+
     health = health_mod.Health()
-    notify.attach(store, cfg.notify_config, health.metrics.registry)  # docs/notifications.md
-    engine = engine_mod.Engine(
-        scheduler, store, policies, catalog, clock_=clock.SystemClock(), settings=settings, health=health,
-        log_books=log_books,
-        gpu_metrics_=metrics, shards=store_shards(cfg, store, clock.SystemClock()),
-    )
+    try:
+        parts = await assemble.assemble(
+            settings, scheduler=open_scheduler, db_url=db_url, catalog=catalog,
+            policy_version=",".join(policies.names()), clock_=clock.SystemClock(), health=health,
+            log_books=log_books, log_client=log_client, gpu_metrics_=metrics,
+            shards=lambda store: store_shards(cfg, store, clock.SystemClock()))
+    except database.StoreError as exc:
+        raise _Fatal(str(exc)) from exc
+    store = parts.store
+    notifier = notify.attach(store, cfg.notify_config, health.metrics.registry)  # docs/notifications.md
+    engine = parts.engine(policies)
     stop = asyncio.Event()
     server = None
     ticker = None
@@ -235,10 +233,9 @@ async def _main(
             await asyncio.gather(ticker, return_exceptions=True)
         if server is not None:
             await server.stop()
-        await scheduler.close()
-        await store.close()
-        if log_client is not None:
-            await log_client.close()
+        if notifier is not None:
+            await notifier.close()  # what is pending is sent before the store closes
+        await parts.close()
     return 0
 
 

@@ -38,7 +38,7 @@ PROGRESS = "progress"
 
 
 class Attribution(BaseModel):
-    """The inputs and the result of one attribution (``Engine._attribute``)."""
+    """The inputs and the result of one attribution (``engine.decision.Decision.attribute``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -67,7 +67,7 @@ class VerdictEntry(BaseModel):
 
 
 class AdviceEntry(BaseModel):
-    """The inputs and the result of one decision (``Engine._decide``)."""
+    """The inputs and the result of one decision (``engine.decision.Decision.decide``)."""
 
     model_config = ConfigDict(frozen=True)
 

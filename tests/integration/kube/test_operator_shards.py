@@ -116,7 +116,8 @@ async def test_two_sharded_operator_shells_split_the_workloads_and_their_recover
             await asyncio.sleep(1.0)
             assert await recoveries() == everything
 
-        renewing = next(t for t in a.engine._tasks if t.get_name() == "shard-leases")  # type: ignore[union-attr]
+        renewing = a.engine.timer("shard-leases")  # type: ignore[union-attr]
+        assert renewing is not None, "the shard lease timer runs"
         renewing.cancel()  # replica A stops renewing (a paused process)
         await until(lambda: held(b) == set(range(SHARDS)) and tracked(b) == everything,
                     "replica B took every shard over and tracks every workload")

@@ -75,7 +75,7 @@ async def test_a_burst_of_engine_records_for_one_workload_is_written_as_a_few_ex
         for i in range(records):  # 20 engine updates a second: each would be its own patch without coalescing
             await asyncio.sleep(0.05)
             category = CATEGORIES[i % len(CATEGORIES)]
-            await engine._notify(rt, vocab.AuditKind.ANOMALY, {
+            await engine.notify(rt, vocab.AuditKind.ANOMALY, {
                 "symptom": "crash", "category": category.value, "suspect_nodes": ["node2"],
                 "evidence": [{"line": i + 1, "text": f"line {i}", "pattern": f"pattern-{i}"}]})
         name = status.object_name(rt.workload)

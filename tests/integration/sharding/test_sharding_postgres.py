@@ -148,7 +148,8 @@ async def test_two_replicas_split_the_workloads_and_one_takes_over_when_the_othe
     # A dies: its lease loop stops renewing (its engine keeps running, like a paused process).
     a_tokens = dict(a.ownership.leases.held())
     a_workloads = a.tracked()
-    renewing = next(t for t in a.engine._tasks if t.get_name() == "shard-leases")
+    renewing = a.engine.timer("shard-leases")
+    assert renewing is not None, "the shard lease timer runs"
     renewing.cancel()
     await until(lambda: b.held() == set(range(SHARDS)) and b.tracked() == everything,
                 "replica B takes over A's shards after their leases expired and tracks every workload")

@@ -51,7 +51,7 @@ def test_a_line_logged_inside_a_recovery_task_carries_the_tasks_ids() -> None:
 
     async def main() -> dict[str, object]:
         task = asyncio.ensure_future(recover())
-        task.set_name("recover:jobset/team-a/llm:7:4")  # as engine._spawn names a recovery
+        task.set_name("recover:jobset/team-a/llm:7:4")  # as the engine names a recovery (RecoveryRunner.start)
         return await task
 
     out = asyncio.run(main())

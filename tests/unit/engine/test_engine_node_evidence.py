@@ -43,7 +43,8 @@ async def test_an_unreachable_prometheus_is_listed_as_unavailable_and_the_loop_g
 ) -> None:
     h = await make_harness()
     # a closed loopback port: connection refused at once
-    h.engine.gpu_metrics = gpu_metrics.GpuMetrics(gpu_metrics.GpuMetricsConfig(url="http://127.0.0.1:9", timeout_s=2))
+    h.engine.evidence.gpu_metrics = gpu_metrics.GpuMetrics(
+        gpu_metrics.GpuMetricsConfig(url="http://127.0.0.1:9", timeout_s=2))
     h.submit("61", started_at=scenario.START)
     await h.step()
     h.write("61", *scenario.ranked(1, CUDA_UNKNOWN))
@@ -96,7 +97,7 @@ class _NodeObjects:
 
 async def test_a_not_ready_node_from_a_further_node_source_is_the_suspect(make_harness: scenario.MakeHarness) -> None:
     h = await make_harness()
-    h.engine.node_sources = [_NodeObjects([{"metadata": {"name": "node2"}, "status": {"conditions": [
+    h.engine.evidence.node_sources = [_NodeObjects([{"metadata": {"name": "node2"}, "status": {"conditions": [
         {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]}}])]
     h.submit("63", started_at=scenario.START)
     await h.step()
@@ -114,7 +115,7 @@ async def test_a_failing_further_node_source_is_unavailable_and_the_loop_goes_on
     make_harness: scenario.MakeHarness,
 ) -> None:
     h = await make_harness()
-    h.engine.node_sources = [_NodeObjects(None)]
+    h.engine.evidence.node_sources = [_NodeObjects(None)]
     h.submit("64", started_at=scenario.START)
     await h.step()
     h.write("64", *scenario.ranked(1, CUDA_UNKNOWN))

@@ -35,7 +35,7 @@ async def test_positions_are_saved_every_interval_and_when_the_engine_stops(
     stop = asyncio.Event()
     running = asyncio.ensure_future(h.engine.run(stop))
     for _ in range(10_000):  # until its timer loops run (the start-up recovery is done)
-        if any(t.get_name() == "tailing" for t in h.engine._tasks):
+        if h.engine.timer("tailing") is not None:
             break
         await asyncio.sleep(0.001)
     stop.set()
