@@ -79,6 +79,15 @@ class Assembly:
             await client.close()
 
 
+async def open_store(settings: settings_mod.EngineSettings, *, db_url: str, catalog: catalog_mod.Catalog,
+                     policy_version: str) -> audit.AuditStore:
+    """The audit store, opened (and migrated) with the context every row it writes carries: the
+    policies' version, the catalog's and the settings' fingerprint. Raises ``database.StoreError``."""
+    context = audit.AuditContext(policy_version=policy_version, catalog_version=catalog.version,
+                                 settings_fingerprint=settings.fingerprint())
+    return await database.open_store(db_url, context=context)
+
+
 async def assemble(
     settings: settings_mod.EngineSettings, *, scheduler: SchedulerOpener, db_url: str,
     catalog: catalog_mod.Catalog, policy_version: str, clock_: clock.Clock, health: health_mod.Health,
@@ -92,10 +101,8 @@ async def assemble(
     Errors are the openers' own (the shell reports them in one line: ``database.StoreError`` for the
     store); what was opened before the failure is closed first."""
     opened = await scheduler()
-    context = audit.AuditContext(policy_version=policy_version, catalog_version=catalog.version,
-                                 settings_fingerprint=settings.fingerprint())
     try:
-        store = await database.open_store(db_url, context=context)
+        store = await open_store(settings, db_url=db_url, catalog=catalog, policy_version=policy_version)
     except BaseException:
         await opened.close()
         raise

@@ -5,8 +5,9 @@ Place: the operator shell. ``open_parts`` opens, once per process, what every te
 sets each on the shell as soon as it is open, so ``Shell.close`` closes whatever start-up opened
 before a failure. ``new_engine`` builds one term's engine from them (``terms.Terms.begin``).
 
-``trainguard run`` assembles its engine in ``cli/run.py``; the two differ in what the operator adds:
-the ``kubernetes`` scheduler spec, Slinky's cordons, Kubernetes signals, the term's fence and the
+Both shells build their engine through ``engine/assemble.py`` (the store's opening with its context,
+the ``Engine`` itself); what the operator adds is its own: the ``kubernetes`` scheduler spec,
+Slinky's cordons, Kubernetes signals, one engine per leadership term with the term's fence, and the
 shell as the engine's listener.
 """
 
@@ -19,15 +20,14 @@ from trainguard import engine as engine_mod
 from trainguard import settings as settings_mod
 from trainguard.act import ports as act_ports
 from trainguard.detect import catalog as catalog_mod
+from trainguard.engine import assemble as engine_assemble
 from trainguard.k8s import kube_signals as kube_signals_mod
 from trainguard.k8s import slinky_nodes
 from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.k8s.operator.config import OperatorConfig
 from trainguard.observe import notify
 from trainguard.schedulers import base, composite, factory
-from trainguard.signals import gpu_metrics as gpu_metrics_mod
 from trainguard.signals import loki_book, victorialogs
-from trainguard.store import audit, database
 
 if TYPE_CHECKING:
     from trainguard.k8s.operator.shell import Shell
@@ -68,9 +68,8 @@ async def open_parts(shell: Shell) -> None:
             opened.append(factory.open_scheduler(spec, env=env, jwt=config.jwt, fallback=fallback))
     shell.scheduler = opened[0] if len(opened) == 1 else composite.CompositeScheduler(opened)
     settings = engine_settings(config)
-    context = audit.AuditContext(policy_version="kubernetes", catalog_version=catalog.version,
-                                 settings_fingerprint=settings.fingerprint())
-    shell.store = await database.open_store(config.db_url, context=context)
+    shell.store = await engine_assemble.open_store(settings, db_url=config.db_url, catalog=catalog,
+                                                   policy_version="kubernetes")
     shell.notifier = notify.attach(shell.store, config.notify_config, shell.health.metrics.registry)
     shell.catalog, shell.engine_settings = catalog, settings
     if config.victorialogs is not None and shell.log_client is None:
@@ -83,13 +82,12 @@ async def open_parts(shell: Shell) -> None:
 
 
 def new_engine(shell: Shell, fence: act_ports.Fence) -> engine_mod.Engine:
-    """One term's engine over the parts ``open_parts`` opened, its records reported by the shell."""
+    """One term's engine over the parts ``open_parts`` opened, its records reported by the shell: built
+    by the engine's one assembly (``engine.assemble.Assembly.engine``), as ``trainguard run``'s is."""
     assert shell.scheduler is not None and shell.store is not None and shell.catalog is not None
-    return engine_mod.Engine(
-        shell.scheduler, shell.store, shell.book.policy_set(), shell.catalog, clock_=shell.clock,
-        settings=shell.engine_settings, listeners=[shell.reporting.on_record], health=shell.health, fence=fence,
-        log_books=shell.log_books,
+    parts = engine_assemble.Assembly(
+        settings=shell.engine_settings, scheduler=shell.scheduler, store=shell.store, catalog=shell.catalog,
+        clock=shell.clock, health=shell.health, log_books=shell.log_books, gpu_metrics=shell.config.gpu_metrics,
         node_sources=shell.kube_signals.node_sources if shell.kube_signals is not None else (),
-        gpu_metrics_=gpu_metrics_mod.GpuMetrics(shell.config.gpu_metrics) if shell.config.gpu_metrics else None,
-        shards=shell.ownership,
-    )
+        shards=shell.ownership)
+    return parts.engine(shell.book.policy_set(), listeners=[shell.reporting.on_record], fence=fence)
