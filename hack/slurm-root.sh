@@ -76,11 +76,14 @@ cmd_build() {
   if awk -v d="$root.partial/" 'index($2, d) == 1 { found = 1 } END { exit !found }' /proc/mounts; then
     tg_die "debootstrap left file systems mounted under $root.partial"
   fi
-  # what the cluster script runs from the root must be there
+  # what the cluster script runs from the root must be there; resolved inside the root, since a
+  # program may be an absolute link through the root's /etc/alternatives (trixie's slurmctld,
+  # slurmd and slurmstepd are), which read from the host would find the host's own or nothing
   local f
   for f in usr/sbin/slurmctld usr/sbin/slurmd usr/sbin/slurmstepd usr/sbin/slurmrestd usr/sbin/munged \
       usr/bin/scontrol usr/bin/sbatch usr/bin/srun; do
-    [ -x "$root.partial/$f" ] || tg_die "the $SUITE root has no /$f after debootstrap (log: $log)" "$log"
+    [ -x "$(tg_in_root "$root.partial" "/$f")" ] ||
+      tg_die "the $SUITE root has no /$f after debootstrap (log: $log)" "$log"
   done
   # the programs' interpreter and library path: the root's, at the root's final path (see the top)
   local partial=$root.partial loader libdir name f
