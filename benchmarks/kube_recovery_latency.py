@@ -47,6 +47,7 @@ from tests.support.kube_cluster import (  # noqa: E402
     sim_dir,
     sim_env,
 )
+from trainguard import settings as settings_mod  # noqa: E402
 from trainguard.k8s import operator  # noqa: E402
 from trainguard.k8s.kubejobs import common, nodes  # noqa: E402
 from trainguard.model import vocab  # noqa: E402
@@ -96,8 +97,8 @@ async def one_run(sim: SimCluster, index: int, workdir: Path) -> dict[str, Any]:
     bad = victim["spec"]["nodeName"]
     db = workdir / f"audit-{index}.db"
     config = operator.OperatorConfig(scheduler="kubernetes", namespaces=(ns,), workload_namespace=ns,
-                                     allow_action=True, db_url=f"sqlite+aiosqlite:///{db}", status_interval_s=1.0,
-                                     poll_s=0.5)
+                                     engine=settings_mod.EngineSettings(allow_action=True, discovery_interval_s=0.5),
+                                     db_url=f"sqlite+aiosqlite:///{db}", status_interval_s=1.0)
     stop = asyncio.Event()
     task = asyncio.create_task(operator.run(config, stop_flag=stop))
     wid = common.workload_id(ns, "JobSet", "train")

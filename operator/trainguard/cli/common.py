@@ -17,10 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainguard import settings as settings_mod
 from trainguard.model import times
 from trainguard.store import location
 
 if TYPE_CHECKING:
+    from trainguard.cli import config
     from trainguard.detect import catalog as catalog_mod
 
 USAGE_ERROR = 2
@@ -41,6 +43,18 @@ def load_catalog(command: str, files: Sequence[Path]) -> catalog_mod.Catalog | N
     except catalog_mod.CatalogError as exc:
         error(command, str(exc))
         return None
+
+
+def engine_settings(cfg: config.Settings) -> settings_mod.EngineSettings:
+    """The engine's settings from the command's settings: the one mapping, used by ``run`` and ``operator``
+    alike, so a setting both accept cannot reach one engine and be dropped by the other (the journal's
+    retention and cap once were)."""
+    return settings_mod.EngineSettings(discovery_interval_s=cfg.poll, allow_action=cfg.mode == "action",
+                                       journal_retention_s=cfg.journal_retention_days * 86400.0,
+                                       journal_max_bytes=cfg.journal_max_bytes,
+                                       max_actions_per_hour=cfg.max_actions_per_hour,
+                                       max_nodes_out=cfg.max_nodes_out,
+                                       max_nodes_out_share=cfg.max_nodes_out_share)
 
 
 FORMAT_ALIASES = {"table": "text"}

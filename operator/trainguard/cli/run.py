@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainguard import settings as settings_mod
-from trainguard.cli import config, settings_io
+from trainguard.cli import common, config, settings_io
 
 if TYPE_CHECKING:
     from trainguard import shards
@@ -80,12 +80,7 @@ def run(args: argparse.Namespace) -> int:
     except (loader.PolicyError, catalog_mod.CatalogError, OSError) as exc:
         print(f"trainguard run: {exc}", file=sys.stderr)
         return 2
-    settings = settings_mod.EngineSettings(discovery_interval_s=cfg.poll, allow_action=cfg.mode == "action",
-                                           journal_retention_s=cfg.journal_retention_days * 86400.0,
-                                           journal_max_bytes=cfg.journal_max_bytes,
-                                           max_actions_per_hour=cfg.max_actions_per_hour,
-                                           max_nodes_out=cfg.max_nodes_out,
-                                           max_nodes_out_share=cfg.max_nodes_out_share)
+    settings = common.engine_settings(cfg)
     try:
         return asyncio.run(_main(cfg, args.once, policies, catalog, settings))
     except _Fatal as exc:

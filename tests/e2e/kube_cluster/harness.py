@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.support.kube_cluster import JOBSET_NAME_LABEL, JOBSET_RESTART_LABEL, NODES, SimCluster
+from trainguard import settings as settings_mod
 from trainguard.k8s import operator
 from trainguard.k8s.kubejobs import nodes
 from trainguard.model import vocab
@@ -165,8 +166,9 @@ async def operator_running(sim: SimCluster, ns: str, tmp_path: Path, monkeypatch
     monkeypatch.setenv("KUBECONFIG", str(sim.kubeconfig))
     db = tmp_path / "audit.db"
     config = operator.OperatorConfig(
-        scheduler="kubernetes", namespaces=(ns,), workload_namespace=ns, allow_action=True,
-        db_url=f"sqlite+aiosqlite:///{db}", status_interval_s=0.5, poll_s=0.5)
+        scheduler="kubernetes", namespaces=(ns,), workload_namespace=ns,
+        engine=settings_mod.EngineSettings(allow_action=True, discovery_interval_s=0.5),
+        db_url=f"sqlite+aiosqlite:///{db}", status_interval_s=0.5)
     stop = asyncio.Event()
     task = asyncio.create_task(operator.run(config, stop_flag=stop))
     try:

@@ -1,6 +1,7 @@
 """The Helm chart (charts/trainguard) renders what the code needs, and nothing else, for every
 values file in its ci/ folder: `helm lint`, the RBAC of each mode against the permission table
 (trainguard.k8s.rbac), every environment variable read by the settings (`--print-config`), every
+`TRAINGUARD_*` variable the templates can set a setting and rendered by some values file, every
 value documented and typed, and the helm-unittest suites.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,6 +205,33 @@ def test_every_env_var_is_read_by_the_settings(path: Path, rendered: dict[str, l
     if values["database"]["url"]["existingSecret"] or values["mysql"]["enabled"]:
         assert shown["settings"]["db_url_file"]["source"] == "env TRAINGUARD_DB_URL_FILE"
     assert ("peering" in features_of(values)) == (shown["settings"]["peering"]["value"] is not None)
+
+
+TEMPLATE_VARIABLE = re.compile(r"^\s*- name: (TRAINGUARD_[A-Z0-9_]+)\s*$", re.MULTILINE)
+
+
+def template_variables() -> set[str]:
+    """Every ``TRAINGUARD_*`` variable the templates (and their helpers) can set, under any values."""
+    return {name for path in sorted((CHART / "templates").iterdir()) if path.suffix in (".yaml", ".tpl")
+            for name in TEMPLATE_VARIABLE.findall(path.read_text(encoding="utf-8"))}
+
+
+def test_every_variable_the_chart_can_set_is_a_setting(rendered: dict[str, list[dict[str, Any]]],
+                                                      tmp_path: Path) -> None:
+    """The chart cannot drift from the one settings definition (cli/config.py): a variable a template
+    sets is an environment variable of the operator's settings, and every such variable is rendered by
+    some values file of ci/, so the --print-config test above reads each one for real."""
+    can_set = template_variables()
+    assert len(can_set) > 15, can_set
+    known = {env for name in config.OperatorSettings.model_fields
+             for env in config.env_names(config.OperatorSettings, name)}
+    assert sorted(can_set - known) == [], "the chart sets variables no setting reads"
+    seen: set[str] = set()
+    for objects in rendered.values():
+        for container in ("operator", "migrate"):
+            seen.update(name for name in _operator_env(objects, container, tmp_path) if name.startswith("TRAINGUARD_"))
+    assert sorted(can_set - seen) == [], "a variable no values file of ci/ renders: add one that does"
+    assert sorted(seen - can_set) == [], "rendered, but not found in the templates by TEMPLATE_VARIABLE"
 
 
 @pytest.mark.parametrize("path", CI_FILES, ids=lambda p: p.name)

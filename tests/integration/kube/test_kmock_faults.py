@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from tests.support.slurm import SlurmCluster
+from trainguard import settings as settings_mod
 from trainguard.k8s import operator
 from trainguard.store import database
 
@@ -134,8 +135,9 @@ async def test_throttling_errors_and_dropped_watches_cause_no_duplicate_actions(
 
     db = tmp_path / "audit.db"
     config = operator.OperatorConfig(
-        scheduler="slurm-local", namespaces=(NAMESPACE,), workload_namespace=NAMESPACE, allow_action=True,
-        db_url=f"sqlite+aiosqlite:///{db}", status_interval_s=0.5, poll_s=1.0,
+        scheduler="slurm-local", namespaces=(NAMESPACE,), workload_namespace=NAMESPACE,
+        engine=settings_mod.EngineSettings(allow_action=True, discovery_interval_s=1.0),
+        db_url=f"sqlite+aiosqlite:///{db}", status_interval_s=0.5,
     )
     stop = asyncio.Event()
     running = asyncio.create_task(operator.run(config, stop_flag=stop))

@@ -23,6 +23,7 @@ import yaml
 
 from tests.support.kube import LocalKube, unique_name
 from tests.support.kubejobs import install_workload_crds
+from trainguard import settings as settings_mod
 from trainguard.act import executor
 from trainguard.k8s import client, operator
 from trainguard.k8s.kubejobs import common, nodes, scheduler
@@ -384,7 +385,8 @@ async def test_the_operator_keeps_a_workload_recovery_owned_by_each_opted_in_job
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "operator.kubeconfig"))
     config = operator.OperatorConfig(
         scheduler="kubernetes", namespaces=(w.ns,), workload_namespace=w.ns,
-        db_url=f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}", status_interval_s=0.5, poll_s=1.0)
+        db_url=f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}", status_interval_s=0.5,
+        engine=settings_mod.EngineSettings(discovery_interval_s=1.0))
     stop = asyncio.Event()
     running = asyncio.create_task(operator.run(config, stop_flag=stop))
     try:
@@ -430,7 +432,6 @@ async def test_engine_on_the_adapter_excludes_the_xid_node_once_and_lets_the_job
     written as it would write it. Action: node 2 is cordoned and tainted by us, the restart is not
     repeated, the JobSet is never suspended. Monitor: the advice is recorded and nothing changes."""
     from trainguard import engine as engine_mod
-    from trainguard import settings as settings_mod
     from trainguard.detect import catalog as catalog_mod
     from trainguard.policy import loader
 

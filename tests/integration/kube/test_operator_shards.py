@@ -17,6 +17,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from tests.support import fake_scheduler, kube
+from trainguard import settings as settings_mod
 from trainguard import shards
 from trainguard.detect import catalog as catalog_mod
 from trainguard.k8s import client, operator, recovery, shard_leases, status
@@ -69,7 +70,8 @@ async def test_two_sharded_operator_shells_split_the_workloads_and_their_recover
 
     async def start(name: str) -> operator.Shell:
         config = operator.OperatorConfig(scheduler="slurm-local", workload_namespace=namespace, shards=SHARDS,
-                                         replica_id=name, retention_s=0.0, status_interval_s=0.5, poll_s=0.3)
+                                         replica_id=name, retention_s=0.0, status_interval_s=0.5,
+                                         engine=settings_mod.EngineSettings(discovery_interval_s=0.3))
         shell = operator.Shell(config)
         shell.api = await client.load_api_client(str(kube_api.kubeconfig))
         shell.store = await database.open_store(url)

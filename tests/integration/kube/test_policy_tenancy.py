@@ -24,6 +24,7 @@ import yaml
 
 from tests.support.kube import LocalKube, unique_name
 from tests.support.kubejobs import install_workload_crds
+from trainguard import settings as settings_mod
 from trainguard.k8s import operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.timeout(300)]
@@ -151,8 +152,8 @@ async def test_a_tenant_policy_covers_its_own_namespace_only_and_the_admin_polic
     monkeypatch.setenv("KUBECONFIG", str(t.kubeconfig))
     config = operator.OperatorConfig(
         scheduler="kubernetes", namespaces=(t.ops, t.team_a, t.team_b), workload_namespace=t.ops,
-        allow_action=True, db_url=f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}", status_interval_s=0.5,
-        poll_s=0.5)
+        db_url=f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}", status_interval_s=0.5,
+        engine=settings_mod.EngineSettings(allow_action=True, discovery_interval_s=0.5))
     stop = asyncio.Event()
     running = asyncio.create_task(operator.run(config, stop_flag=stop))
     seen: dict[str, dict[str, Any]] = {}

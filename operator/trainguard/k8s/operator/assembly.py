@@ -1,7 +1,7 @@
 """What the operator's engine is built from: the operator's side of assembling the engine.
 
 Place: the operator shell. ``open_parts`` opens, once per process, what every term's engine uses
-(catalog, scheduler adapters, engine settings, audit store, log sources, Kubernetes signals) and
+(catalog, scheduler adapters, audit store, log sources, Kubernetes signals) and
 sets each on the shell as soon as it is open, so ``Shell.close`` closes whatever start-up opened
 before a failure. ``new_engine`` builds one term's engine from them (``terms.Terms.begin``).
 
@@ -17,31 +17,18 @@ import os
 from typing import TYPE_CHECKING
 
 from trainguard import engine as engine_mod
-from trainguard import settings as settings_mod
 from trainguard.act import ports as act_ports
 from trainguard.detect import catalog as catalog_mod
 from trainguard.engine import assemble as engine_assemble
 from trainguard.k8s import kube_signals as kube_signals_mod
 from trainguard.k8s import slinky_nodes
 from trainguard.k8s.kubejobs import wiring as kube_wiring
-from trainguard.k8s.operator.config import OperatorConfig
 from trainguard.observe import notify
 from trainguard.schedulers import base, composite, factory
 from trainguard.signals import loki_book, victorialogs
 
 if TYPE_CHECKING:
     from trainguard.k8s.operator.shell import Shell
-
-
-def engine_settings(config: OperatorConfig) -> settings_mod.EngineSettings:
-    """The engine's settings from the operator's configuration."""
-    return settings_mod.EngineSettings(discovery_interval_s=config.poll_s,
-                                       allow_action=config.allow_action,
-                                       journal_retention_s=config.journal_retention_s,
-                                       journal_max_bytes=config.journal_max_bytes,
-                                       max_actions_per_hour=config.max_actions_per_hour,
-                                       max_nodes_out=config.max_nodes_out,
-                                       max_nodes_out_share=config.max_nodes_out_share)
 
 
 async def open_parts(shell: Shell) -> None:
@@ -67,11 +54,10 @@ async def open_parts(shell: Shell) -> None:
         else:
             opened.append(factory.open_scheduler(spec, env=env, jwt=config.jwt, fallback=fallback))
     shell.scheduler = opened[0] if len(opened) == 1 else composite.CompositeScheduler(opened)
-    settings = engine_settings(config)
-    shell.store = await engine_assemble.open_store(settings, db_url=config.db_url, catalog=catalog,
+    shell.store = await engine_assemble.open_store(config.engine, db_url=config.db_url, catalog=catalog,
                                                    policy_version="kubernetes")
     shell.notifier = notify.attach(shell.store, config.notify_config, shell.health.metrics.registry)
-    shell.catalog, shell.engine_settings = catalog, settings
+    shell.catalog = catalog
     if config.victorialogs is not None and shell.log_client is None:
         shell.log_books, shell.log_client = victorialogs.books(config.victorialogs)
     if config.loki is not None and shell.log_client is None:
@@ -86,7 +72,7 @@ def new_engine(shell: Shell, fence: act_ports.Fence) -> engine_mod.Engine:
     by the engine's one assembly (``engine.assemble.Assembly.engine``), as ``trainguard run``'s is."""
     assert shell.scheduler is not None and shell.store is not None and shell.catalog is not None
     parts = engine_assemble.Assembly(
-        settings=shell.engine_settings, scheduler=shell.scheduler, store=shell.store, catalog=shell.catalog,
+        settings=shell.config.engine, scheduler=shell.scheduler, store=shell.store, catalog=shell.catalog,
         clock=shell.clock, health=shell.health, log_books=shell.log_books, gpu_metrics=shell.config.gpu_metrics,
         node_sources=shell.kube_signals.node_sources if shell.kube_signals is not None else (),
         shards=shell.ownership)

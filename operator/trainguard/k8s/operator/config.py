@@ -7,7 +7,7 @@ shell reads the environment or a global for its configuration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -39,8 +39,6 @@ class OperatorConfig:
     clusterwide: bool = False
     workload_namespace: str = "default"
     """Where WorkloadRecovery objects of Slurm jobs are created (the operator's own namespace)."""
-    allow_action: bool = False
-    """Cluster-wide Action switch; off: every policy behaves as Monitor."""
     db_url: str = database.DEFAULT_DB_URL
     peering: str | None = None
     """None: standalone (one replica). A name: act only while holding the Lease of that name in
@@ -55,15 +53,10 @@ class OperatorConfig:
     http_token_file: Path | None = None
     """Bearer tokens of the HTTP API (``http.auth``); other tokens are reviewed by Kubernetes
     (``k8s/review.py``: TokenReview + SubjectAccessReview on our CRDs)."""
-    poll_s: float = settings_mod.EngineSettings.discovery_interval_s
-    max_actions_per_hour: int | None = settings_mod.EngineSettings.max_actions_per_hour
-    """The administrator's caps above every policy (``settings.EngineSettings``, ``policy.blast_radius``)."""
-    max_nodes_out: int | None = settings_mod.EngineSettings.max_nodes_out
-    max_nodes_out_share: float | None = settings_mod.EngineSettings.max_nodes_out_share
-    journal_retention_s: float = settings_mod.EngineSettings.journal_retention_s
-    """How long signal-journal entries are kept (``--journal-retention-days``, as for ``trainguard run``)."""
-    journal_max_bytes: int = settings_mod.EngineSettings.journal_max_bytes
-    """The signal journal's cap per workload (``--journal-max-bytes``)."""
+    engine: settings_mod.EngineSettings = field(default_factory=settings_mod.EngineSettings)
+    """The engine's settings (the Action switch, the polling interval, the journal's retention and cap, the
+    administrator's caps), built by ``cli.common.engine_settings`` exactly as ``trainguard run`` builds its
+    engine's: every term's engine runs with them."""
     notify_config: Path | None = None
     """The notifications file (``--notify-config``, docs/notifications.md); None sends nothing."""
     status_interval_s: float = 2.0

@@ -44,7 +44,7 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None,
             # First, so that the probes answer (liveness) while start-up waits for the API server.
             reviewer = review.KubeReviewer(lambda: shell.api, config.workload_namespace)
             setup = http_api.mount(shell, shell.health, listen=config.http_listen, token_file=config.http_token_file,
-                                   allow_action=config.allow_action, operator=True, reviewer=reviewer)
+                                   allow_action=config.engine.allow_action, operator=True, reviewer=reviewer)
             server = await http_app.serve(shell.health, config.http_listen, setup=setup, routes=config.http_routes)
         except (ValueError, OSError) as exc:
             raise StartupError(f"cannot serve HTTP on {config.http_listen}: {exc}") from exc

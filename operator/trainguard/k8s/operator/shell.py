@@ -29,7 +29,6 @@ from kubernetes_asyncio import client as k8s
 
 from trainguard import engine as engine_mod
 from trainguard import health as health_mod
-from trainguard import settings as settings_mod
 from trainguard import shards as shards_mod
 from trainguard.detect import catalog as catalog_mod
 from trainguard.k8s import client, policies
@@ -64,7 +63,6 @@ class Shell:
     scheduler: base.Scheduler | None = None
     store: audit.AuditStore | None = None
     catalog: catalog_mod.Catalog | None = None
-    engine_settings: settings_mod.EngineSettings = field(default_factory=settings_mod.EngineSettings)
     log_client: victorialogs.Client | loki.LokiClient | None = None
     notifier: notify_service.Notifier | None = None
     """Sends the notifications of ``--notify-config`` from the store's committed records."""
@@ -113,7 +111,7 @@ class Shell:
                 self.book.put(policies.read(body))
         await self.terms.start()
         logger.info("trainguard operator: scheduler %s, audit %s, action switch %s, policies %s, recoveries in %s, %s",
-                    config.scheduler, database.safe_url(config.db_url), "ON" if config.allow_action else "off",
+                    config.scheduler, database.safe_url(config.db_url), "ON" if config.engine.allow_action else "off",
                     self.book.policy_set().names(), config.workload_namespace,
                     f"lease {config.peering}" if config.peering else "standalone")
 
