@@ -74,11 +74,13 @@ stamp=$VENV/.trainguard-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "${TG_REINSTALL:-0}" = 1 ] || [ ! -s "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] ||
   [ ! -x "$VENV/bin/pytest" ]; then
-  tg_log "installing trainguard[dev,workloads] into $VENV (torch for the test workloads is a large download)"
-  "$PY" -m pip install -q --disable-pip-version-check -e '.[dev,workloads]' ||
-    tg_die "pip install -e '.[dev,workloads]' failed"
+  tg_log "installing trainguard[dev] into $VENV"
+  "$PY" -m pip install -q --disable-pip-version-check -e '.[dev]' ||
+    tg_die "pip install -e '.[dev]' failed"
   echo "$want" > "$stamp"
 fi
+# the `workloads` extra (torch, numpy) from a per-machine cache, on the venv's path (common.sh)
+tg_workloads_site "$VENV"
 flock -u 8
 
 # ------------------------------------------------------------------ gates

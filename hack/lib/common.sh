@@ -117,6 +117,40 @@ tg_ensure_venv() {
   python3 -m venv "$venv" || tg_die "python3 -m venv $venv failed"
 }
 
+# tg_workloads_site VENV: the test workloads' packages (the `workloads` extra of pyproject.toml:
+# torch, numpy) installed once per machine into ~/.cache/trainguard/workloads/<key> with
+# `pip install --target`, and put on VENV's path by a .pth file. torch's Linux wheels come with
+# several GB of CUDA libraries: unpacking them into every fresh clone's virtualenv took 7-12 minutes
+# of each CI run; a cached directory is reused in seconds. The key is the Python version and the
+# extra's requirements, so a change of either installs afresh. VENV's own packages come first on
+# its path, the cached ones after them.
+tg_workloads_site() {
+  local venv=$1 py spec key cache dir site
+  py=$venv/bin/python
+  spec=$("$py" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["workloads"]))') ||
+    tg_die "cannot read the workloads extra from pyproject.toml"
+  key=$( { "$py" -c 'import sys, sysconfig; print(sys.version_info[:2], sysconfig.get_platform())'; echo "$spec"; } |
+    sha256sum | cut -c1-16)
+  cache=${XDG_CACHE_HOME:-$HOME/.cache}/trainguard/workloads
+  dir=$cache/$key
+  mkdir -p "$cache"
+  (
+    flock 7
+    if [ ! -e "$dir/.complete" ]; then
+      tg_log "installing the test workloads' packages ($(tr '\n' ' ' <<<"$spec")) into $dir, once per machine (torch is a large download)"
+      rm -rf "$dir.partial"
+      # shellcheck disable=SC2086  # one requirement per line, none with spaces
+      "$py" -m pip install -q --disable-pip-version-check --target "$dir.partial" $spec ||
+        { rm -rf "$dir.partial"; exit 1; }
+      touch "$dir.partial/.complete"
+      rm -rf "$dir"
+      mv "$dir.partial" "$dir"
+    fi
+  ) 7>"$cache/.lock" || tg_die "pip install --target $dir failed"
+  site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$dir" > "$site/trainguard-workloads.pth"
+}
+
 # tg_in_root ROOT PATH: the file that PATH names inside the file tree ROOT, with symbolic links
 # followed inside ROOT. Debian's alternatives are absolute links (/usr/sbin/slurmd ->
 # /etc/alternatives/slurmd -> /usr/sbin/slurmd-wlm) that would lead to this host's files otherwise.
