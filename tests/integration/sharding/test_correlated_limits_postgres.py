@@ -161,7 +161,7 @@ async def test_an_administrators_cap_opens_the_breaker_until_a_person_resets_it(
     a, store = await start("replica-a", scheduler, per_hour=100, settings=capped)
     everything = {job.workload for job in scheduler.jobs.values()}
     await until(lambda: set(a.runtimes) == everything, "every workload is tracked")
-    assert await a.switch.blocked() is None
+    assert await a.recovery.switch.blocked() is None
 
     crash_all(scheduler, tmp_path)
     seen: dict[str, dict[str, object]] = {}
@@ -177,7 +177,7 @@ async def test_an_administrators_cap_opens_the_breaker_until_a_person_resets_it(
     breaker = await store.control(switch.BREAKER)
     assert breaker is not None and breaker.value["open"] is True
     assert "cluster cap max-actions-per-hour 3" in breaker.value["reason"]
-    blocked = await a.switch.blocked()
+    blocked = await a.recovery.switch.blocked()
     assert blocked is not None and "breaker is open" in blocked
     tripped = [p for p in seen.values() if p["disposition"] == "Abandoned"]
     assert tripped and all("administrator's cap" in str(p["detail"]) for p in tripped)
@@ -190,4 +190,4 @@ async def test_an_administrators_cap_opens_the_breaker_until_a_person_resets_it(
     # Latched: it stays open (a new decision is refused at its first step) until a person resets it.
     await store.set_control(switch.BREAKER, {"open": False, "reason": ""}, by="oncall", channel="cli",
                             at=clock.SystemClock().now(), payload={"operation": "breaker-reset", "status": "done"})
-    assert await a.switch.blocked() is None
+    assert await a.recovery.switch.blocked() is None
