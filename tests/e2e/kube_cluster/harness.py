@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,11 +108,25 @@ def install(sim: SimCluster, policy: str) -> None:
 
 
 def lift_our_exclusions(sim: SimCluster) -> None:
-    """Leave the shared fake nodes as we found them: lift every exclusion of ours."""
+    """Leave the shared fake nodes as we found them: lift every exclusion of ours. The lift patch
+    carries the node's resourceVersion (as the product's does), and the node controller may change
+    the node in between (a NotReady node's taints): a conflict reads the node again and retries, so a
+    test never leaves its exclusion to the next one sharing the cluster."""
     for name in NODES:
-        obj = sim.get("node", name) or {}
-        if nodes.exclusion_of(obj) is not None:
-            sim.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(nodes.lift_patch(obj)))
+        for _ in range(20):
+            obj = sim.get("node", name) or {}
+            if nodes.exclusion_of(obj) is None:
+                break
+            try:
+                sim.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(nodes.lift_patch(obj)))
+            except RuntimeError as exc:
+                if "Conflict" not in str(exc):
+                    raise
+                time.sleep(0.2)
+                continue
+            break
+        else:
+            raise AssertionError(f"could not lift our exclusion of {name}: 20 conflicts in a row")
 
 
 @dataclass
