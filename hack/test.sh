@@ -5,7 +5,8 @@
 #   hack/test.sh [PYTEST ARGS...]     e.g.  hack/test.sh -m unit     hack/test.sh -x tests/unit
 #
 # Steps: create .venv if missing (python3 -m venv; installs python3-venv if needed), install
-# the package with its dev extras (again only when pyproject.toml changed), then the gates
+# the package with its dev extras (again only when pyproject.toml changed) and the test workloads'
+# torch and numpy from a per-machine cache (~/.cache/trainguard/workloads, on the venv's path), then the gates
 # ruff, mypy and lint-imports (each fails fast with its name), then pytest with the given
 # arguments. The pytest fixtures start the real services the tests need (local Slurm,
 # PostgreSQL, Kubernetes API) and stop what they started; if pytest dies before its teardown, the trap here
