@@ -4,13 +4,18 @@
 #
 #   hack/test.sh [PYTEST ARGS...]     e.g.  hack/test.sh -m unit     hack/test.sh -x tests/unit
 #
-# Steps: create .venv if missing (python3 -m venv; installs python3-venv if needed), install
-# the package with its dev extras (again only when pyproject.toml changed) and the test workloads'
-# torch and numpy from a per-machine cache (~/.cache/trainguard/workloads, on the venv's path), then the gates
-# ruff, mypy and lint-imports (each fails fast with its name), then pytest with the given
-# arguments. The pytest fixtures start the real services the tests need (local Slurm,
-# PostgreSQL, Kubernetes API) and stop what they started; if pytest dies before its teardown, the trap here
-# stops services that pytest started and no other session still uses.
+# Steps: start the builds of the tools some tests need in the background (Kubernetes and the
+# simulated cluster, helm, VictoriaLogs, Prometheus/VictoriaMetrics, the image: cached in
+# ~/.cache/trainguard, a no-op when cached); create .venv if missing (python3 -m venv; installs
+# python3-venv if needed), install the package with its dev extras (again only when pyproject.toml
+# changed) and the test workloads' torch and numpy from a per-machine cache
+# (~/.cache/trainguard/workloads, on the venv's path), then the gates ruff, mypy and lint-imports
+# (each fails fast with its name), then pytest with the given arguments. A whole run (no arguments)
+# on a machine where builds are still going runs the tests that need none of them first, beside the
+# builds, and the others once they are done. The pytest fixtures start the real services the tests
+# need (local Slurm, PostgreSQL, Kubernetes API) and stop what they started; if pytest dies before
+# its teardown, the trap here stops services that pytest started and no other session still uses.
+# A test whose call takes over 120 s fails unless marked slow with a reason (tests/support/budget.py).
 #
 # Environment: TG_SLURM_ROOT=DIR runs the Slurm tiers against the Slurm of a root made by
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
@@ -28,25 +33,78 @@ cd "$TG_REPO_ROOT"
 VENV=$TG_REPO_ROOT/.venv
 PY=$VENV/bin/python
 
-# ------------------------------------------------------------------ simulated cluster build
-# The simulated cluster's Go builds (hack/local-kube.sh build --cluster: about 10 minutes cold on
-# 2 cores, a no-op when cached) run in the background while the virtualenv installs and the
-# gates run; the build block further down waits for them and shows the log if they failed.
-SIM_BUILD_PID=
-SIM_BUILD_LOG=$TG_REPO_ROOT/.local/sim-cluster-build.log
-if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ "${TG_SKIP_SIM_CLUSTER:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
+# ------------------------------------------------------------------ background builds
+# The tools some tests need are compiled or unpacked once and cached outside the repository
+# (~/.cache/trainguard): minutes each on a fresh machine, a no-op when cached. Each starts in the
+# background here, beside the virtualenv, the gates and the first tests; each names the markers of
+# the tests that need it. When the suite is run whole (no arguments) and some builds are still
+# going when pytest is due, the tests that need none of them run first, while the builds finish,
+# and the rest after (see "tests" below); otherwise everything is waited for before pytest.
+BG_NAMES=() BG_PIDS=() BG_LOGS=() BG_MARKS=() BG_FAIL=() BG_STATE=()
+bg_build() {   # bg_build NAME MARKERS FAILURE-MESSAGE LOG COMMAND...: start COMMAND in the background
+  local name=$1 marks=$2 fail=$3 log=$4
+  shift 4
   mkdir -p "$TG_REPO_ROOT/.local"
-  hack/local-kube.sh build --cluster </dev/null >"$SIM_BUILD_LOG" 2>&1 &
-  SIM_BUILD_PID=$!
+  "$@" </dev/null >"$log" 2>&1 &
+  BG_NAMES+=("$name") BG_PIDS+=($!) BG_LOGS+=("$log") BG_MARKS+=("$marks") BG_FAIL+=("$fail") BG_STATE+=(running)
+}
+bg_finish() {   # bg_finish I: wait for build I; stop the run with its log if it failed
+  local i=$1 rc=0
+  [ "${BG_STATE[$i]}" = running ] || return 0
+  wait "${BG_PIDS[$i]}" || rc=$?
+  BG_STATE[i]=done
+  [ $rc = 0 ] || tg_die "${BG_FAIL[$i]} (exit $rc)" "${BG_LOGS[$i]}"
+}
+bg_wait_all() {   # wait for every build, saying which one it waits for
+  local i
+  for i in "${!BG_PIDS[@]}"; do
+    [ "${BG_STATE[$i]}" = running ] || continue
+    tg_log "waiting for ${BG_NAMES[$i]} (started in the background; log ${BG_LOGS[$i]})"
+    bg_finish "$i"
+  done
+}
+PENDING=""
+bg_pending_marks() {   # PENDING = the markers of the builds still running, joined by " or " (finished ones are checked)
+  local i
+  PENDING=""
+  for i in "${!BG_PIDS[@]}"; do
+    [ "${BG_STATE[$i]}" = running ] || continue
+    if kill -0 "${BG_PIDS[$i]}" 2>/dev/null; then
+      PENDING+="${PENDING:+ or }${BG_MARKS[$i]}"
+    else
+      bg_finish "$i"
+    fi
+  done
+}
+# The Kubernetes binaries (apiserver, etcd, kubectl) and the simulated cluster's (controller-manager,
+# scheduler, kwok, JobSet, training-operator): about 10 minutes cold on 2 cores.
+if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
+  if [ "${TG_SKIP_SIM_CLUSTER:-0}" != 1 ]; then
+    bg_build "hack/local-kube.sh build --cluster" "kube or kube_cluster" \
+      "building the simulated cluster failed (TG_SKIP_SIM_CLUSTER=1 skips those tests)" \
+      "$TG_REPO_ROOT/.local/sim-cluster-build.log" hack/local-kube.sh build --cluster
+  else
+    bg_build "hack/local-kube.sh build" "kube" \
+      "building the local Kubernetes API failed (TG_SKIP_KUBE=1 skips those tests)" \
+      "$TG_REPO_ROOT/.local/kube-build.log" hack/local-kube.sh build
+  fi
 fi
-# helm and its helm-unittest plugin (the chart tests): a few minutes of Go compile cold, a no-op when
-# cached; in the background too, waited for before pytest.
-HELM_BUILD_PID=
-HELM_BUILD_LOG=$TG_REPO_ROOT/.local/helm-build.log
+# helm and its helm-unittest plugin (the chart tests, charts/trainguard), linked at .local/bin/helm.
 if [ "${TG_SKIP_HELM:-0}" != 1 ]; then
-  mkdir -p "$TG_REPO_ROOT/.local"
-  hack/local-helm.sh unittest </dev/null >"$HELM_BUILD_LOG" 2>&1 &
-  HELM_BUILD_PID=$!
+  bg_build "hack/local-helm.sh unittest" "helm" "building helm / helm-unittest failed (TG_SKIP_HELM=1 skips those tests)" \
+    "$TG_REPO_ROOT/.local/helm-build.log" hack/local-helm.sh unittest
+fi
+# VictoriaLogs (the log store the log-source tests read job output from); the fixture starts its server.
+if [ "${TG_SKIP_VLOGS:-0}" != 1 ]; then
+  bg_build "hack/local-victorialogs.sh build" "victorialogs" "building VictoriaLogs failed (TG_SKIP_VLOGS=1 skips those tests)" \
+    "$TG_REPO_ROOT/.local/victorialogs-build.log" hack/local-victorialogs.sh build
+fi
+# GPU evidence (signals/gpu_metrics.py): Debian's prometheus (its promtool checks the alerting rules
+# too) and VictoriaMetrics compiled from the Go module registry; the fixtures start them.
+if [ "${TG_SKIP_PROMETHEUS:-0}" != 1 ]; then
+  bg_build "hack/local-prometheus.sh install" "prometheus or alertmanager" \
+    "installing Prometheus/VictoriaMetrics failed (TG_SKIP_PROMETHEUS=1 skips those tests)" \
+    "$TG_REPO_ROOT/.local/prometheus-install.log" hack/local-prometheus.sh install
 fi
 
 # ------------------------------------------------------------------ virtualenv
@@ -58,18 +116,13 @@ tg_ensure_venv "$VENV"
 
 # ------------------------------------------------------------------ container image build
 # The image (tests marked image; hack/build-image.sh: debootstrap + umoci, cached in
-# ~/.cache/trainguard/image) is mostly downloads and unpacking, several minutes cold: it is built
-# in the background too (once the venv exists: its pip fetches the locked wheels), beside the Go
-# builds and the pip install, and waited for before pytest. Needs root: without
-# it, or with TG_SKIP_IMAGE=1, the image tests skip.
-IMAGE_BUILD_PID=
-IMAGE_BUILD_LOG=$TG_REPO_ROOT/.local/image-build.log
+# ~/.cache/trainguard/image) is mostly downloads and unpacking, several minutes cold; it starts once
+# the venv exists (its pip fetches the locked wheels). Needs root: without it, or with
+# TG_SKIP_IMAGE=1, the image tests skip.
 if [ "${TG_SKIP_IMAGE:-0}" != 1 ] && [ "$(id -u)" = 0 ]; then
-  mkdir -p "$TG_REPO_ROOT/.local"
-  hack/build-image.sh build </dev/null >"$IMAGE_BUILD_LOG" 2>&1 &
-  IMAGE_BUILD_PID=$!
+  bg_build "hack/build-image.sh build" "image" "building the container image failed (TG_SKIP_IMAGE=1 skips those tests)" \
+    "$TG_REPO_ROOT/.local/image-build.log" hack/build-image.sh build
 fi
-
 
 stamp=$VENV/.trainguard-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
@@ -153,52 +206,6 @@ fi
 if [ "$(id -u)" = 0 ] && [ ! -x /usr/lib/chromium/chromium ]; then
   ( tg_apt_install chromium ) || tg_log "WARNING: apt-get install chromium failed: the browser tests will skip"
 fi
-# The Kubernetes binaries are compiled once from the Go module registry and cached outside the
-# repository (minutes cold, instant afterwards): build them here, before pytest's per-test timeout.
-if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
-  tg_log "hack/local-kube.sh build (cached after the first time)"
-  hack/local-kube.sh build || tg_die "building the local Kubernetes API failed (TG_SKIP_KUBE=1 skips those tests)"
-fi
-
-# The simulated cluster (hack/local-kube.sh up --cluster: controller-manager, scheduler, kwok,
-# JobSet and training-operator) for the tests marked kube_cluster: its build started in the
-# background at the top; cached like the API (see docs/sim-cluster.md).
-if [ -n "$SIM_BUILD_PID" ]; then
-  tg_log "waiting for hack/local-kube.sh build --cluster (started in the background; log $SIM_BUILD_LOG)"
-  wait "$SIM_BUILD_PID" ||
-    tg_die "building the simulated cluster failed (TG_SKIP_SIM_CLUSTER=1 skips those tests)" "$SIM_BUILD_LOG"
-  tail -n 6 "$SIM_BUILD_LOG" >&2
-fi
-
-# VictoriaLogs (the log store the log-source tests read job output from): compiled once from the
-# Go module registry and cached like the Kubernetes binaries; the fixture starts its own server.
-if [ "${TG_SKIP_VLOGS:-0}" != 1 ]; then
-  tg_log "hack/local-victorialogs.sh build (cached after the first time)"
-  hack/local-victorialogs.sh build || tg_die "building VictoriaLogs failed (TG_SKIP_VLOGS=1 skips those tests)"
-fi
-
-# GPU evidence (signals/gpu_metrics.py): Debian's prometheus and VictoriaMetrics, compiled once from
-# the Go module registry into ~/.cache/trainguard/victoriametrics; the pytest fixtures start them.
-if [ "${TG_SKIP_PROMETHEUS:-0}" != 1 ]; then
-  tg_log "hack/local-prometheus.sh install (cached after the first time)"
-  hack/local-prometheus.sh install || tg_die "installing Prometheus/VictoriaMetrics failed (TG_SKIP_PROMETHEUS=1 skips those tests)"
-fi
-
-# Container image: its build started in the background at the top.
-if [ -n "$IMAGE_BUILD_PID" ]; then
-  tg_log "waiting for hack/build-image.sh build (started in the background; log $IMAGE_BUILD_LOG)"
-  wait "$IMAGE_BUILD_PID" ||
-    tg_die "building the container image failed (TG_SKIP_IMAGE=1 skips those tests)" "$IMAGE_BUILD_LOG"
-fi
-
-# Helm and the helm-unittest plugin for the chart tests (charts/trainguard, marker helm): compiled
-# once from the Go module registry into ~/.cache/trainguard/helm, linked at .local/bin/helm.
-if [ -n "$HELM_BUILD_PID" ]; then
-  tg_log "waiting for hack/local-helm.sh unittest (started in the background; log $HELM_BUILD_LOG)"
-  wait "$HELM_BUILD_PID" ||
-    tg_die "building helm / helm-unittest failed (TG_SKIP_HELM=1 skips those tests)" "$HELM_BUILD_LOG"
-fi
-
 # ------------------------------------------------------------------ tests
 # Several pytest-xdist workers, each with its own services (tests/support/workers.py: state
 # directories and ports by slot) and whole files at a time (tests/support/schedule.py): the tests
@@ -213,13 +220,30 @@ if [ "$WORKERS" -gt 1 ]; then
     case $a in -n|-n[0-9]*|--numprocesses*|--dist*|-pno:xdist|no:xdist) xdist=() ;; esac
   done
 fi
-tg_log "pytest ${xdist[*]} $*"
 # One run, no automatic re-run of failed tests: a test that fails under load is a defect to fix
 # (wait on conditions, never on time), not noise to retry away.
-rc=0
-"$VENV/bin/pytest" "${xdist[@]}" "$@" || rc=$?
-case $rc in
-  0) tg_log "all tests passed" ;;
-  5) tg_die "pytest collected no tests (arguments: ${*:-none}): a selection that matches nothing is an error" ;;
-  *) tg_die "pytest failed (exit $rc)" ;;
-esac
+failed=()
+run_pytest() {   # run_pytest WHAT ARGS...: pytest in the workers; a failure is reported at the end
+  local what=$1 rc=0
+  shift
+  tg_log "pytest ${xdist[*]} $*"
+  "$VENV/bin/pytest" "${xdist[@]}" "$@" || rc=$?
+  case $rc in
+    0) tg_log "$what: all tests passed" ;;
+    5) failed+=("$what: pytest collected no tests (arguments: ${*:-none}): a selection that matches nothing is an error") ;;
+    *) failed+=("$what: pytest failed (exit $rc)") ;;
+  esac
+}
+[ $# = 0 ] && bg_pending_marks
+if [ -n "$PENDING" ]; then
+  # A fresh machine: builds still running. The tests that need none of them first, beside the builds;
+  # then the others. (Two pytest sessions: each worker starts its services again for the second.)
+  tg_log "builds still running (tests marked: $PENDING): the other tests run first, beside them"
+  run_pytest "the tests that need no background build" -m "not ($PENDING)"
+  bg_wait_all
+  run_pytest "the tests that needed a background build" -m "$PENDING"
+else
+  bg_wait_all
+  run_pytest "the selected tests" "$@"
+fi
+[ ${#failed[@]} = 0 ] || tg_die "$(printf '%s; ' "${failed[@]}")"

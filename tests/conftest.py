@@ -19,7 +19,7 @@ pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.suppor
                   "tests.support.mysql",
                   "tests.support.victorialogs",
                   "tests.support.browser", "tests.support.prometheus", "tests.support.helm",
-                  "tests.support.alertmanager"]
+                  "tests.support.alertmanager", "tests.support.budget"]
 
 SKIP_SWITCHES = {
     "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mysql": "TG_SKIP_MYSQL",

@@ -129,6 +129,7 @@ def runner(slurm_cluster: SlurmCluster, e2e_dir: Path,
             print(f"\n--- {tg.log_path} (exit {code}) ---\n{tg.log()}")
 
 
+@pytest.mark.slow(reason="a real job fails and recovers while Chromium watches the live timeline page update")
 def test_failing_job_live_timeline_and_audit(runner: tuple[harness.Trainguard, str], chromium: Any,
                                              slurm_cluster: SlurmCluster, e2e_dir: Path, artifacts_dir: Path) -> None:
     tg, policy = runner

@@ -75,6 +75,7 @@ def test_monitor_mode_records_the_advice_and_changes_nothing_in_slurm(
     assert "slurm-local: requeue" not in runner.log() and "slurm-local: release" not in runner.log()
 
 
+@pytest.mark.slow(reason="a hang is only a hang after its silence window has passed on a real job")
 def test_monitor_mode_records_crash_and_hang_advice_and_changes_nothing(
     slurm_cluster: SlurmCluster, start_trainguard: StartTrainguard, e2e_dir: Path
 ) -> None:

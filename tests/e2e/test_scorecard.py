@@ -77,6 +77,8 @@ def _api_scorecard(url: str) -> dict[str, Any]:
         return data
 
 
+@pytest.mark.slow(
+    reason="three real recoveries (a requeue, a drain, an ignored advice) and their outcomes, then the scorecard")
 def test_scorecard_scores_a_requeue_a_drain_and_an_ignored_advice(
     slurm_cluster: SlurmCluster, start_trainguard: StartTrainguard, e2e_dir: Path, request: pytest.FixtureRequest,
 ) -> None:

@@ -133,6 +133,8 @@ def _recovered_by_requeue(batch: Batch, name: str) -> tuple[dict[str, str], list
     return job, records
 
 
+@pytest.mark.slow(
+    reason="a real job on three nodes fails, is requeued without the bad node and runs to completion on the others")
 def test_hardware_crash_requeues_without_the_bad_node_and_completes_on_the_others(batch: Batch) -> None:
     job = batch.wait_final("hardware", restarts=1)
     text = batch.output("hardware")

@@ -100,6 +100,8 @@ def _payloads(records: list[dict[str, Any]], kind: str, attempt: int) -> list[di
     return [r["payload"] for r in harness.of_kind(records, kind, attempt)]
 
 
+@pytest.mark.slow(
+    reason="the slow rank must lag long enough to be measured against its peers, then the requeued job completes")
 def test_slow_rank_is_named_and_the_requeue_runs_without_its_node(scenarios: Scenarios) -> None:
     job = scenarios.final("one_rank")
     text = scenarios.output("one_rank")

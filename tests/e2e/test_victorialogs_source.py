@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.victorialogs]
 RECOVERY_TIMEOUT = 300.0
 
 
+@pytest.mark.slow(reason="a real recovery whose output reaches the engine only through VictoriaLogs' ingestion")
 def test_hardware_crash_read_only_from_victorialogs_is_recovered_without_the_bad_node(
         slurm_cluster: SlurmCluster, victorialogs: VictoriaLogsServer, e2e_dir: Path) -> None:
     directory = e2e_dir / "trainguard-vlogs"

@@ -140,6 +140,8 @@ def drive_engine(
 
 @pytest.mark.parametrize("open_mode", ["append", "truncate"])
 @pytest.mark.parametrize("boundary", ENGINE_BOUNDARIES)
+@pytest.mark.slow(
+    reason="a real job is failed, the engine killed at one step and restarted, and the new attempt run to its end")
 def test_killed_engine_never_reads_the_old_attempt_into_the_new_one(
     crash_db: str, tmp_path: Path, boundary: str, open_mode: str
 ):

@@ -107,6 +107,7 @@ def scenarios(slurm_cluster: SlurmCluster, e2e_dir: Path) -> Iterator[Scenarios]
             slurm_cluster.scontrol("update", f"NodeName={FORGED_NODE}", "State=RESUME")
 
 
+@pytest.mark.slow(reason="two real failures and requeues in a row, the second against the cap the first did not use")
 def test_the_users_own_exclusion_does_not_use_up_the_cap_and_stays(scenarios: Scenarios) -> None:
     job = scenarios.wait_final("user_exclude")
     text = harness.output(scenarios.workdir, scenarios.ids["user_exclude"])

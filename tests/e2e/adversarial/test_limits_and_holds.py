@@ -184,6 +184,7 @@ def test_the_drained_share_is_per_partition(slurm_cluster: SlurmCluster, start: 
     assert "the drains would be refused" in blocked["detail"]
 
 
+@pytest.mark.slow(reason="a real requeue, a person's hold placed during it, and a wait that shows the hold stays")
 def test_a_person_hold_on_a_job_we_requeue_held_stays(
     slurm_cluster: SlurmCluster, start: Start, tmp_path: Path,
 ) -> None:

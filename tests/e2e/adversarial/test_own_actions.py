@@ -66,6 +66,8 @@ def _completed_after_a_requeue(cluster: SlurmCluster, runner: harness.Trainguard
                               what="outcome of attempt 0")
 
 
+@pytest.mark.slow(
+    reason="a real requeue whose teardown lines must be read and judged, and the next attempt run to its end")
 def test_kill_lines_caused_by_our_requeue_are_evidence_of_it_not_a_new_anomaly(
     slurm_cluster: SlurmCluster,
     jobs: tuple[harness.Trainguard, Path, dict[str, str], harness.KillPlan, threading.Thread],

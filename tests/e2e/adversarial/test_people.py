@@ -424,6 +424,8 @@ NODE_FAIL_POLICY = (
 )
 
 
+@pytest.mark.slow(
+    reason="a real failure on a node a person drained, and a wait long enough to show nothing is done to it")
 def test_a_node_a_person_took_out_of_service_is_never_drained_over_their_reason(
         slurm_cluster: SlurmCluster, e2e_dir: Path, workdir: Path, scenarios: dict[str, Scenario]) -> None:
     """An administrator sets the job's node FAIL (out of service once its jobs end; Slurm lets them run)

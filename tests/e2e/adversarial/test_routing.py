@@ -193,6 +193,8 @@ def _xid(node_var: str = "$SLURMD_NODENAME") -> str:
             'name=python, GPU has fallen off the bus." >&2; exit 1')
 
 
+@pytest.mark.slow(
+    reason="a drain of ours must outlive its undrainAfter on a real node, beside a person's drain that must not")
 def test_a_node_we_drained_is_resumed_after_undrain_after_and_a_node_a_person_drained_never_is(
     setup: Setup,
 ) -> None:

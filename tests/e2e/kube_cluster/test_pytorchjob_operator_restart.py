@@ -33,6 +33,8 @@ from trainguard.store import audit, database
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.kube_cluster, pytest.mark.timeout(600)]
 
 
+@pytest.mark.slow(
+    reason="two failures of a PyTorchJob around a restart of the operator, each restart by the training-operator")
 async def test_a_failure_after_a_restart_of_the_operator_is_judged_as_a_new_attempt(
         sim_cluster: SimCluster, sim_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sim, ns = sim_cluster, sim_namespace

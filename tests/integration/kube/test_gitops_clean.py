@@ -26,7 +26,7 @@ import yaml
 
 from tests.support import kube
 
-pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.timeout(kube.BUILD_TIMEOUT_S)]
+pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.helm, pytest.mark.timeout(kube.BUILD_TIMEOUT_S)]
 
 REPO = Path(__file__).resolve().parents[3]
 MANAGER = "gitops-test"

@@ -78,6 +78,7 @@ def test_renders_without_duplicates(root: Path) -> None:
     assert {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Deployment"} <= kinds
 
 
+@pytest.mark.kube  # the kubectl hack/local-kube.sh builds (hack/test.sh runs these once it is built)
 @pytest.mark.parametrize("root", KUSTOMIZATIONS, ids=lambda path: path.name)
 def test_kubectl_kustomize_renders_the_same_objects(root: Path) -> None:
     binary = kubectl()
