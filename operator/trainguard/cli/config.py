@@ -36,6 +36,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from trainguard.model import secrets
 from trainguard.model.workloads import ShardKey
 from trainguard.observe.notify import config as notify_file
 from trainguard.schedulers import tokens
@@ -488,10 +489,8 @@ def _split_list(value: Any) -> Any:
 
 
 def _read_secret(path: Path, name: str) -> str:
+    """The secret in ``path`` (:func:`trainguard.model.secrets.read_secret`), refused naming the setting."""
     try:
-        value = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(f"{name}: cannot read {path}: {exc.strerror or exc}") from exc
-    if not value:
-        raise ConfigError(f"{name}: {path} is empty")
-    return value
+        return secrets.read_secret(path)
+    except secrets.SecretFileError as exc:
+        raise ConfigError(f"{name}: {exc}") from exc

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainguard.model import yamlload
+from trainguard.model import secrets, yamlload
 from trainguard.observe.notify import events as events_mod
 
 PAGERDUTY_EVENTS_URL: Final = "https://events.pagerduty.com/v2/enqueue"
@@ -174,13 +174,11 @@ ConfigFile = Annotated[Path, AfterValidator(checked)]
 
 
 def read_secret(path: Path) -> str:
+    """The secret in ``path`` (:func:`trainguard.model.secrets.read_secret`), refused as a :class:`ConfigError`."""
     try:
-        value = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    if not value:
-        raise ConfigError(f"{path} is empty")
-    return value
+        return secrets.read_secret(path)
+    except secrets.SecretFileError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _one_line(exc: ValidationError) -> str:
