@@ -80,6 +80,8 @@ class Ledger(Protocol):
 
     async def node_state(self, node: str) -> lifecycle.Transition | None: ...
 
+    async def node_states(self) -> list[lifecycle.Transition]: ...
+
     async def advance_node(
         self, node: str, event: lifecycle.NodeEvent, *, at: float, reason: str, workload: str = "",
         attempt: int | None = None, evidence: dict[str, Any] | None = None,

@@ -102,6 +102,7 @@ class Undrainer:
 
     async def sweep(self) -> list[actions.ActionRecord]:
         """One pass: the resume (or would-resume, or left-alone) rows written in it."""
+        await self._others()
         latest = await self._out_of_service()
         if not latest:
             return []
@@ -115,6 +116,21 @@ class Undrainer:
             if row is not None:
                 written.append(row)
         return written
+
+    async def _others(self) -> None:
+        """The lifecycle learns of nodes out of service for someone else's reason (``other``: shown, never
+        touched) and of such nodes back in service, from one fresh read of the nodes."""
+        known = {t.node: t.state for t in await self._ledger.node_states()}
+        now = self._clock.now()
+        for snapshot in await self._scheduler.list_nodes():
+            state = known.get(snapshot.name)
+            theirs = snapshot.drained and not snapshot.reason.startswith(OUR_PREFIX)
+            if theirs and state is not lifecycle.NodeState.OTHER:
+                await self._ledger.advance_node(snapshot.name, lifecycle.NodeEvent.SEEN_OTHER, at=now,
+                                                reason=f"out for someone else's reason: {snapshot.reason[:200]}")
+            elif not snapshot.drained and state is lifecycle.NodeState.OTHER:
+                await self._ledger.advance_node(snapshot.name, lifecycle.NodeEvent.SEEN_BACK, at=now,
+                                                reason="back in service (returned by someone else)")
 
     async def _consider(
         self, node: str, drain: actions.ActionRecord, done: dict[tuple[str, int, int, str], actions.ActionRecord],

@@ -320,3 +320,20 @@ async def test_a_node_someone_else_took_over_or_resumed_shows_in_the_lifecycle(
         await store.decide_node("node2", lifecycle.NodeEvent.HELD, by="alice", channel="cli",
                                 at=manual_clock.now(), reason="x")
     assert (await store.node_state("node2")) == latest  # nothing written
+
+
+async def test_a_node_out_for_someone_elses_reason_is_shown_as_other_and_back_when_it_returns(
+    store: audit.AuditStore, manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    scheduler.nodes["node3"] = scheduler.nodes["node3"].model_copy(
+        update={"drained": True, "state": "DRAIN", "reason": "maintenance"})
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": ACTING})
+    assert await sweeper.sweep() == []
+    await sweeper.sweep()  # seen twice: one row
+    assert await _states(store, "node3") == [("seen-other", "other")]
+    assert "maintenance" in (await store.node_transitions("node3"))[0].reason
+    assert not any(call[0] == "resume_node" for call in scheduler.calls)  # never touched
+    scheduler.nodes["node3"] = scheduler.nodes["node3"].model_copy(  # their own return (scontrol, not us)
+        update={"drained": False, "state": "IDLE", "reason": ""})
+    await sweeper.sweep()
+    assert await _states(store, "node3") == [("seen-other", "other"), ("seen-back", "in-service")]
