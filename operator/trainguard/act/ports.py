@@ -82,6 +82,8 @@ class Ledger(Protocol):
 
     async def node_states(self) -> list[lifecycle.Transition]: ...
 
+    async def node_transitions(self, node: str) -> list[lifecycle.Transition]: ...
+
     async def advance_node(
         self, node: str, event: lifecycle.NodeEvent, *, at: float, reason: str, workload: str = "",
         attempt: int | None = None, evidence: dict[str, Any] | None = None,

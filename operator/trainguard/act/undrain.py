@@ -58,6 +58,9 @@ class UndrainRule:
     """``exclusion.undrainAfter`` in seconds; None: never resumed automatically."""
     mode: vocab.Mode
     """The effective mode (Monitor when the cluster-wide switch is off)."""
+    lemon_window_s: float | None = None
+    """``exclusion.lemonNodeWindow`` in seconds: a node we take out again this soon after our return of it
+    is a repeat offender, held for repair until a person clears it. None: no such rule."""
 
 
 class NotOurs(Exception):
@@ -117,6 +120,21 @@ class Undrainer:
                 written.append(row)
         return written
 
+    async def _repeat_offender(self, node: str, drain: actions.ActionRecord, window_s: float) -> bool:
+        """Whether ``drain`` took the node out again within ``window_s`` of our last return of it; if so the
+        lifecycle holds it for repair (once), and no rule of time resumes it until a person clears it."""
+        history = await self._ledger.node_transitions(node)
+        back = [t for t in history if t.event is lifecycle.NodeEvent.RESUMED and t.at < drain.updated_at]
+        if not back or drain.updated_at - back[-1].at > window_s:
+            return False
+        gap = drain.updated_at - back[-1].at
+        await self._ledger.advance_node(
+            node, lifecycle.NodeEvent.REPEAT_OFFENDER, at=self._clock.now(), workload=drain.workload,
+            attempt=drain.attempt, evidence={"returned_at": back[-1].at, "taken_out_at": drain.updated_at},
+            reason=f"repeat offender: taken out again {gap:.0f} s after its return (lemonNodeWindow "
+                   f"{window_s:.0f} s): held until a person returns it")
+        return True
+
     async def _others(self) -> None:
         """The lifecycle learns of nodes out of service for someone else's reason (``other``: shown, never
         touched) and of such nodes back in service, from one fresh read of the nodes."""
@@ -147,6 +165,8 @@ class Undrainer:
         if state is not None and state.state is lifecycle.NodeState.HELD_FOR_REPAIR:
             return None  # held for repair: only a person clears it (model.lifecycle)
         cleared = state is not None and state.event is lifecycle.NodeEvent.CLEARED
+        if not cleared and rule.lemon_window_s and await self._repeat_offender(node, drain, rule.lemon_window_s):
+            return None
         if not cleared and (rule.after_s is None or now < drain.updated_at + rule.after_s):
             return None
         if await self._ledger.get_outcome(*key) is None:

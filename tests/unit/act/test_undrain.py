@@ -337,3 +337,50 @@ async def test_a_node_out_for_someone_elses_reason_is_shown_as_other_and_back_wh
         update={"drained": False, "state": "IDLE", "reason": ""})
     await sweeper.sweep()
     assert await _states(store, "node3") == [("seen-other", "other"), ("seen-back", "in-service")]
+
+
+async def test_a_node_taken_out_again_within_the_lemon_window_after_its_return_is_held_until_a_person_clears_it(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    rule = undrain.UndrainRule(after_s=HOUR, mode=vocab.Mode.ACTION, lemon_window_s=24 * HOUR)
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": rule})
+    await _drain(make_executor, store, advise, manual_clock)
+    manual_clock.advance(HOUR + 1)
+    [first] = await sweeper.sweep()
+    assert first.status is actions.ActionStatus.DONE  # the first return: by time
+    manual_clock.advance(HOUR)
+    second = advise(vocab.AdviceAction.STOP, drain_nodes=["node2"], generation=2, deadline=manual_clock.now() + 300)
+    await store.record_advice(second, at=manual_clock.now())
+    assert await make_executor.reconcile(second) is vocab.Disposition.CONVERGED  # named and drained again
+    manual_clock.advance(10 * HOUR)
+    assert await sweeper.sweep() == []
+    assert _resumes(scheduler) == ["node2"] and scheduler.nodes["node2"].drained
+    latest = await store.node_state("node2")
+    assert latest is not None and latest.state is lifecycle.NodeState.HELD_FOR_REPAIR
+    assert latest.event is lifecycle.NodeEvent.REPEAT_OFFENDER and "repeat offender" in latest.reason
+    assert await sweeper.sweep() == []  # held: recorded once, never resumed by time
+    assert [e for e, _ in await _states(store, "node2")].count("repeat-offender") == 1
+
+    await store.decide_node("node2", lifecycle.NodeEvent.CLEARED, by="bob", channel="cli", at=manual_clock.now(),
+                            reason="GPU replaced")
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.DONE and _resumes(scheduler) == ["node2", "node2"]
+
+
+async def test_a_node_taken_out_again_after_the_lemon_window_returns_by_time(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    rule = undrain.UndrainRule(after_s=HOUR, mode=vocab.Mode.ACTION, lemon_window_s=2 * HOUR)
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": rule})
+    await _drain(make_executor, store, advise, manual_clock)
+    manual_clock.advance(HOUR + 1)
+    await sweeper.sweep()
+    manual_clock.advance(3 * HOUR)
+    second = advise(vocab.AdviceAction.STOP, drain_nodes=["node2"], generation=2, deadline=manual_clock.now() + 300)
+    await store.record_advice(second, at=manual_clock.now())
+    assert await make_executor.reconcile(second) is vocab.Disposition.CONVERGED
+    manual_clock.advance(HOUR + 1)
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.DONE and _resumes(scheduler) == ["node2", "node2"]
