@@ -105,7 +105,10 @@ class Undrainer:
 
     async def sweep(self) -> list[actions.ActionRecord]:
         """One pass: the resume (or would-resume, or left-alone) rows written in it."""
-        await self._others()
+        try:
+            await self._others()
+        except Exception as exc:  # an observation only: a failed read must not stop the resumes below
+            logger.warning("node lifecycle: reading the nodes for others' drains failed: %s", exc)
         latest = await self._out_of_service()
         if not latest:
             return []
