@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from trainguard.model import actions, advice, workloads
+from trainguard.model import actions, advice, lifecycle, workloads
 
 
 class JobScheduler(Protocol):
@@ -77,6 +77,21 @@ class Ledger(Protocol):
     ) -> list[actions.ActionRecord]: ...
 
     async def record_outcome(self, outcome: actions.OutcomeRecord) -> actions.OutcomeRecord: ...
+
+    async def node_state(self, node: str) -> lifecycle.Transition | None: ...
+
+    async def node_states(self) -> list[lifecycle.Transition]: ...
+
+    async def node_transitions(self, node: str) -> list[lifecycle.Transition]: ...
+
+    async def advance_node(
+        self, node: str, event: lifecycle.NodeEvent, *, at: float, reason: str, workload: str = "",
+        attempt: int | None = None, evidence: dict[str, Any] | None = None,
+    ) -> lifecycle.Transition | None: ...
+
+    async def decide_node(
+        self, node: str, event: lifecycle.NodeEvent, *, by: str, channel: str, at: float, reason: str,
+    ) -> lifecycle.Transition: ...
 
     async def get_outcome(self, workload: str, attempt: int, generation: int) -> actions.OutcomeRecord | None: ...
 

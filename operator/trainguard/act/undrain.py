@@ -21,7 +21,7 @@ it is up: putting back a node nobody can use would only hide it.
 Out of service means a drain (a ``drain_node`` row: Slurm's drain, a Kubernetes node's cordon and
 taint, a cordon on Slinky) and, on Kubernetes, an exclusion too: a workload's requeue that excludes
 nodes cordons and taints each of them for the whole cluster (an ``exclude_nodes`` row of a
-workload whose restart is a suspend cycle, ``steps.suspend_cycle``). Both end by this one rule.
+workload whose restart is a suspend cycle, ``model.lifecycle.nodes_out``). Both end by this one rule.
 A Slurm exclusion is the job's own ``ExcNodeList`` and nobody else's: nothing to lift.
 
 Every resume is an action row (``resume_node:<node>``) under the advice generation that drained
@@ -36,8 +36,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainguard.act import ports, steps
-from trainguard.model import actions, clock, vocab
+from trainguard.act import ports
+from trainguard.model import actions, clock, lifecycle, vocab
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,9 @@ class UndrainRule:
     """``exclusion.undrainAfter`` in seconds; None: never resumed automatically."""
     mode: vocab.Mode
     """The effective mode (Monitor when the cluster-wide switch is off)."""
+    lemon_window_s: float | None = None
+    """``exclusion.lemonNodeWindow`` in seconds: a node we take out again this soon after our return of it
+    is a repeat offender, held for repair until a person clears it. None: no such rule."""
 
 
 class NotOurs(Exception):
@@ -74,14 +77,8 @@ DOWN_WORDS = frozenset({"DOWN", "FAIL", "NOT_RESPONDING", "POWERED_DOWN", "POWER
 
 
 def nodes_out(operation: str, args: Mapping[str, Any]) -> list[str]:
-    """The nodes an action row (its operation and arguments) took out of service for the whole
-    cluster: a drain's node; a Kubernetes workload's exclusions (cordon plus taint of each node);
-    none for a Slurm job's ExcNodeList, which is the job's own."""
-    if operation == actions.Operation.DRAIN_NODE and args.get("node"):
-        return [str(args["node"])]
-    if operation == actions.Operation.EXCLUDE_NODES and steps.suspend_cycle(str(args.get("job_id", ""))):
-        return [str(n) for n in args.get("excluded_nodes") or []]
-    return []
+    """The nodes an action row took out of service for the whole cluster (``model.lifecycle.nodes_out``)."""
+    return lifecycle.nodes_out(operation, args)
 
 
 class Undrainer:
@@ -108,6 +105,10 @@ class Undrainer:
 
     async def sweep(self) -> list[actions.ActionRecord]:
         """One pass: the resume (or would-resume, or left-alone) rows written in it."""
+        try:
+            await self._others()
+        except Exception as exc:  # an observation only: a failed read must not stop the resumes below
+            logger.warning("node lifecycle: reading the nodes for others' drains failed: %s", exc)
         latest = await self._out_of_service()
         if not latest:
             return []
@@ -122,6 +123,36 @@ class Undrainer:
                 written.append(row)
         return written
 
+    async def _repeat_offender(self, node: str, drain: actions.ActionRecord, window_s: float) -> bool:
+        """Whether ``drain`` took the node out again within ``window_s`` of our last return of it; if so the
+        lifecycle holds it for repair (once), and no rule of time resumes it until a person clears it."""
+        history = await self._ledger.node_transitions(node)
+        back = [t for t in history if t.event is lifecycle.NodeEvent.RESUMED and t.at < drain.updated_at]
+        if not back or drain.updated_at - back[-1].at > window_s:
+            return False
+        gap = drain.updated_at - back[-1].at
+        await self._ledger.advance_node(
+            node, lifecycle.NodeEvent.REPEAT_OFFENDER, at=self._clock.now(), workload=drain.workload,
+            attempt=drain.attempt, evidence={"returned_at": back[-1].at, "taken_out_at": drain.updated_at},
+            reason=f"repeat offender: taken out again {gap:.0f} s after its return (lemonNodeWindow "
+                   f"{window_s:.0f} s): held until a person returns it")
+        return True
+
+    async def _others(self) -> None:
+        """The lifecycle learns of nodes out of service for someone else's reason (``other``: shown, never
+        touched) and of such nodes back in service, from one fresh read of the nodes."""
+        known = {t.node: t.state for t in await self._ledger.node_states()}
+        now = self._clock.now()
+        for snapshot in await self._scheduler.list_nodes():
+            state = known.get(snapshot.name)
+            theirs = snapshot.drained and not snapshot.reason.startswith(OUR_PREFIX)
+            if theirs and state is not lifecycle.NodeState.OTHER:
+                await self._ledger.advance_node(snapshot.name, lifecycle.NodeEvent.SEEN_OTHER, at=now,
+                                                reason=f"out for someone else's reason: {snapshot.reason[:200]}")
+            elif not snapshot.drained and state is lifecycle.NodeState.OTHER:
+                await self._ledger.advance_node(snapshot.name, lifecycle.NodeEvent.SEEN_BACK, at=now,
+                                                reason="back in service (returned by someone else)")
+
     async def _consider(
         self, node: str, drain: actions.ActionRecord, done: dict[tuple[str, int, int, str], actions.ActionRecord],
     ) -> actions.ActionRecord | None:
@@ -130,10 +161,16 @@ class Undrainer:
         if resumed is not None and resumed.status is not actions.ActionStatus.INTENT:
             return None  # settled: resumed, failed once, or left alone (recorded)
         rule = await self._rule(key)
-        if rule is None or rule.after_s is None:
+        if rule is None:
             return None
         now = self._clock.now()
-        if now < drain.updated_at + rule.after_s:
+        state = await self._ledger.node_state(node)
+        if state is not None and state.state is lifecycle.NodeState.HELD_FOR_REPAIR:
+            return None  # held for repair: only a person clears it (model.lifecycle)
+        cleared = state is not None and state.event is lifecycle.NodeEvent.CLEARED
+        if not cleared and rule.lemon_window_s and await self._repeat_offender(node, drain, rule.lemon_window_s):
+            return None
+        if not cleared and (rule.after_s is None or now < drain.updated_at + rule.after_s):
             return None
         if await self._ledger.get_outcome(*key) is None:
             return None  # the executor still works on the generation that drained it
@@ -182,6 +219,10 @@ class Undrainer:
         why_not = await self._not_ours(node)
         if why_not:
             raise NotOurs(why_not)
+        state = await self._ledger.node_state(node)
+        if state is not None and state.state is lifecycle.NodeState.HELD_FOR_REPAIR:
+            await self._ledger.decide_node(node, lifecycle.NodeEvent.CLEARED, by=by, channel="api",
+                                           at=self._clock.now(), reason=f"undo of our drain asked by {by}")
         row = existing or await self._ledger.begin_action(actions.ActionRecord(
             workload=drain.workload, attempt=drain.attempt, generation=drain.generation, step=RESUME_STEP + node,
             operation=actions.Operation.RESUME_NODE, status=actions.ActionStatus.INTENT,
@@ -210,13 +251,18 @@ class Undrainer:
                                             for word in snapshot.state.upper().split("+"))
 
     async def _not_ours(self, node: str) -> str:
-        """Why the node must be left alone, from a fresh read; "" when it is still our drain."""
+        """Why the node must be left alone, from a fresh read; "" when it is still our drain. The lifecycle
+        learns what the read showed: the node back in service, or out for someone else's reason."""
         snapshot = next((n for n in await self._scheduler.list_nodes() if n.name == node), None)
         if snapshot is None:
             return f"left alone: {self._scheduler.name} no longer knows {node}"
         if not snapshot.drained:
+            await self._ledger.advance_node(node, lifecycle.NodeEvent.SEEN_BACK, at=self._clock.now(),
+                                            reason="back in service: resumed by someone else")
             return f"left alone: {node} is no longer drained (resumed by someone else)"
         if not snapshot.reason.startswith(OUR_PREFIX):
+            await self._ledger.advance_node(node, lifecycle.NodeEvent.SEEN_OTHER, at=self._clock.now(),
+                                            reason=f"out for someone else's reason: {snapshot.reason[:200]}")
             return f"left alone: {node}'s drain reason is no longer ours ({snapshot.reason[:200]!r})"
         return ""
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import json
-import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -60,13 +58,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _who(args: argparse.Namespace) -> str:
-    if args.by:
-        return str(args.by)
-    try:
-        user = getpass.getuser()
-    except Exception:  # no name for this uid (a container): the uid says it
-        user = "uid-unknown"
-    return f"{user}@{socket.gethostname()}"
+    return common.who(args.by)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -140,6 +140,20 @@ def timestamp(text: str) -> datetime.datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
 
 
+def who(by: str | None) -> str:
+    """Who a person's decision is recorded as: ``--by NAME`` when given, else USER@HOST of this shell."""
+    import getpass
+    import socket
+
+    if by:
+        return by
+    try:
+        user = getpass.getuser()
+    except Exception:  # no name for this uid (a container): the uid says it
+        user = "uid-unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
 SETTINGS_DATABASE_FLAGS = ("config", "db_url", "db_url_file", "home")
 """The flags of ``add_settings_database_arguments``, as the names ``cli.config.Settings`` knows them."""
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import trainguard
 
 SUBCOMMANDS = ("detect", "scan", "patterns", "policy", "run", "audit", "goodput", "backtest", "operator", "doctor",
-               "scorecard", "db", "actions")
+               "scorecard", "db", "actions", "nodes")
 """Modules under ``trainguard.cli`` that register a sub-command, in ``--help`` order."""
 
 

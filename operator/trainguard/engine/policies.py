@@ -105,10 +105,11 @@ class PolicyResolver:
         return self._matchers[key]
 
     def undrain_rule(self, policy_name: str, paused: str | None) -> undrain.UndrainRule | None:
-        """``exclusion.undrainAfter`` and the effective mode of the policy that drained a node, while
-        actions are ``paused`` (the reason) or not."""
+        """``exclusion.undrainAfter``, ``lemonNodeWindow`` (repeat offenders) and the effective mode of the
+        policy that drained a node, while actions are ``paused`` (the reason) or not."""
         policy = self.policies.get(policy_name or None)
         if policy is None:
             return None
         return undrain.UndrainRule(policy.spec.exclusion.undrain_after,
-                                   switch_mod.effective_mode(policy.spec.mode, self.allow_action, paused))
+                                   switch_mod.effective_mode(policy.spec.mode, self.allow_action, paused),
+                                   lemon_window_s=policy.spec.exclusion.lemon_node_window)

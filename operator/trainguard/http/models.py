@@ -153,6 +153,42 @@ class NodeItem(_Model):
     node: str
     incidents: list[NodeIncident]
     actions: list[NodeAction]
+    state: str = Field("in-service", description="the node lifecycle's state (``trainguard nodes``): in-service, "
+                       "suspect, out-of-service, validating, held-for-repair, other")
+    reason: str = ""
+    since: str | None = Field(None, description="time of the latest lifecycle transition (none: never recorded)")
+    by: str = Field("", description="who made the latest transition: trainguard or a person")
+
+
+class NodeTransition(_Model):
+    """One row of a node's lifecycle (``model.lifecycle.Transition``)."""
+
+    state: str
+    event: str
+    reason: str
+    by: str
+    at: str
+    workload: str
+    attempt: int | None
+    evidence: dict[str, Any]
+
+
+class NodeDetail(_Model):
+    """``GET /api/v1/nodes/{node}``: the node's state, its whole lifecycle and the incidents charged to it."""
+
+    node: str
+    state: str
+    reason: str
+    since: str | None
+    by: str
+    history: list[NodeTransition]
+    incidents: list[NodeIncident]
+
+
+class NodeDecision(_Model):
+    """``POST /api/v1/nodes/{node}/hold`` or ``/return``: a person's decision, recorded with who and why."""
+
+    reason: str = Field(min_length=1, max_length=1000, description="why (recorded in the lifecycle and the audit log)")
 
 
 class NodeList(_Model):
@@ -376,7 +412,8 @@ class GoodputReport(_Model):
 
 MODELS: tuple[type[BaseModel], ...] = (
     Error, WorkloadItem, WorkloadPage, AuditItem, AuditPage, Evidence, TimelineStep, AttemptView, WorkloadDetail,
-    PolicyItem, PolicyList, NodeIncident, NodeAction, NodeItem, NodeList, EngineHealth, ModeChange, Acknowledge,
+    PolicyItem, PolicyList, NodeIncident, NodeAction, NodeItem, NodeList, NodeTransition, NodeDetail, NodeDecision,
+    EngineHealth, ModeChange, Acknowledge,
     MutationResult, WhoAmI, ScorecardRow, ScorecardSummary, Scorecard, GoodputRow, GoodputFailure, GoodputReport,
     BacktestRequest, BacktestRow, BacktestSummary, BacktestResult, ActionsState, PauseRequest,
 )

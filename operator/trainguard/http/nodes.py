@@ -1,5 +1,8 @@
 """``/api/v1/nodes``: the nodes our recoveries took out of service or put back, with the incidents
-charged to them, and the undo of our own drain (write role).
+charged to them and their lifecycle state (``model.lifecycle``, as ``trainguard nodes`` shows it),
+one node's lifecycle (``/nodes/{node}``), a person's hold and return (write role, recorded with who,
+``store.nodes.decide_node``; the return itself is the engine's undrain sweep), and the undo of our
+own drain (write role).
 
 A drain or a Kubernetes exclusion is undoable while it is the node's latest and no resume of ours
 followed it; the undo goes through the act layer's undrainer (``act.undrain``), like the automatic
@@ -18,7 +21,7 @@ from aiohttp import web
 from trainguard.act import undrain
 from trainguard.http import auth, models
 from trainguard.http.common import STATE, ApiError, answer, audit_item, iso, query, read_body, time_of
-from trainguard.model import actions
+from trainguard.model import actions, lifecycle
 from trainguard.store import audit
 
 NODE_WINDOW_S: Final = 30 * 86400.0
@@ -60,7 +63,56 @@ async def list_nodes(request: web.Request) -> web.Response:
                 workload=r.workload, attempt=r.attempt, generation=r.generation, step=r.step,
                 operation=r.operation, status=r.status, at=audit.iso_utc(r.updated_at), error=r.error,
                 undoable=undoable))
+    for t in await store.node_states():
+        entry = item(t.node)
+        entry.state, entry.reason, entry.since, entry.by = t.state.value, t.reason, iso(t.at), t.by
     return answer(models.NodeList(items=[nodes[n] for n in sorted(nodes)], since=audit.iso_utc(since)))
+
+
+def _transition(t: lifecycle.Transition) -> models.NodeTransition:
+    return models.NodeTransition(state=t.state.value, event=t.event.value, reason=t.reason, by=t.by,
+                                 at=iso(t.at) or "", workload=t.workload, attempt=t.attempt, evidence=t.evidence)
+
+
+async def show_node(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    query(request, ())
+    node = request.match_info["node"]
+    store = state.store()
+    history = await store.node_transitions(node)
+    incidents = [models.NodeIncident(workload=i.workload, attempt=i.attempt, category=i.category, at=iso(i.at) or "")
+                 for i in await store.node_history(since=0.0) if i.node == node]
+    if not history and not incidents:
+        raise ApiError(404, f"nothing recorded of {node} (in service as far as Trainguard knows)")
+    last = history[-1] if history else None
+    return answer(models.NodeDetail(
+        node=node, state=last.state.value if last else lifecycle.NodeState.IN_SERVICE.value,
+        reason=last.reason if last else "", since=iso(last.at) if last else None, by=last.by if last else "",
+        history=[_transition(t) for t in history], incidents=incidents))
+
+
+async def _decide(request: web.Request, event: lifecycle.NodeEvent) -> web.Response:
+    state = request.app[STATE]
+    query(request, ())
+    node = request.match_info["node"]
+    body = await read_body(request, models.NodeDecision)
+    who = auth.principal_of(request)
+    try:
+        moved = await state.store().decide_node(node, event, by=who.user, channel="api", at=time.time(),
+                                                reason=body.reason)
+    except lifecycle.Refused as exc:
+        raise ApiError(409, f"refused, nothing changed: {exc}") from None
+    then = "the engine resumes it at its next sweep if it is still our drain" if event is lifecycle.NodeEvent.CLEARED \
+        else "no rule of time resumes it until a person returns it"
+    return answer(models.MutationResult(ok=True, message=f"{node}: {moved.state.value} (by {moved.by}): {then}"))
+
+
+async def hold_node(request: web.Request) -> web.Response:
+    return await _decide(request, lifecycle.NodeEvent.HELD)
+
+
+async def return_node(request: web.Request) -> web.Response:
+    return await _decide(request, lifecycle.NodeEvent.CLEARED)
 
 
 async def undo_drain(request: web.Request) -> web.Response:
@@ -89,4 +141,7 @@ async def undo_drain(request: web.Request) -> web.Response:
 ROUTES = (
     ("GET", "/nodes", list_nodes),
     ("POST", "/nodes/{node}/undo-drain", undo_drain),
+    ("GET", "/nodes/{node}", show_node),
+    ("POST", "/nodes/{node}/hold", hold_node),
+    ("POST", "/nodes/{node}/return", return_node),
 )

@@ -103,6 +103,12 @@ def document() -> dict[str, Any]:
             _query("since", "ISO 8601 (default: 30 days ago)", {"type": "string", "format": "date-time"})]),
         "/api/v1/nodes/{node}/undo-drain": _post(None, "resume a node we drained (never another's drain)", [
             _path("node", "node name")]),
+        "/api/v1/nodes/{node}": _get(models.NodeDetail, "one node's lifecycle: state, history with evidence, incidents",
+                                     [_path("node", "node name")]),
+        "/api/v1/nodes/{node}/hold": _post(models.NodeDecision, "hold a node we took out of service for repair "
+                                           "(no rule of time resumes it)", [_path("node", "node name")]),
+        "/api/v1/nodes/{node}/return": _post(models.NodeDecision, "clear a node for return: the engine resumes it at "
+                                             "its next sweep (ours only)", [_path("node", "node name")]),
         "/api/v1/goodput": _get(models.GoodputReport, "goodput: productive and lost time by cause (docs/goodput.md)", [
             _query("since", "ISO 8601: attempts running at or started after it",
                    {"type": "string", "format": "date-time"}),

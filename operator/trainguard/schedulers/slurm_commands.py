@@ -8,6 +8,7 @@ name is validated before it reaches one (``slurm_cli.validate_job_id`` / ``valid
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from trainguard.model import workloads
@@ -71,6 +72,50 @@ def argv_node_state(node: str, state: str, reason: str | None = None) -> list[st
     if reason is not None:
         argv.append(f"Reason={our_reason(reason)}")
     return argv
+
+
+RESERVATION_RE = re.compile(r"^trainguard-validate-[A-Za-z0-9._-]{1,200}$")
+"""Our reservations' names: the tag says whose it is (a reservation not named so is never deleted by us)."""
+
+
+def reservation_name(node: str) -> str:
+    """The name of our validation reservation on ``node``."""
+    return f"trainguard-validate-{validate_node(node)}"
+
+
+def validate_reservation(name: str) -> str:
+    if not RESERVATION_RE.match(name):
+        raise base.SchedulerError(f"not a reservation of ours: {name!r}")
+    return name
+
+
+def argv_create_reservation(name: str, node: str, minutes: int, user: str) -> list[str]:
+    """A maintenance reservation of ``node`` for ``user`` starting now: no user job lands on the node while
+    it exists (checked on the local cluster: a job asking for the node waits, "reserved for other job")."""
+    if minutes < 1 or not re.match(r"^[A-Za-z0-9._-]{1,64}$", user):
+        raise ValueError(f"bad reservation request: {minutes} min for {user!r}")
+    return ["scontrol", "create", "reservation", f"ReservationName={validate_reservation(name)}",
+            f"Nodes={validate_node(node)}", "StartTime=now", f"Duration={minutes}", f"Users={user}",
+            "Flags=maint,ignore_jobs"]
+
+
+def argv_delete_reservation(name: str) -> list[str]:
+    return ["scontrol", "delete", f"ReservationName={validate_reservation(name)}"]
+
+
+def argv_submit_check(command: Sequence[str], *, reservation: str, node: str, minutes: int, output: str,
+                      partition: str | None = None) -> list[str]:
+    """``sbatch`` of the site's check, pinned to ``node`` inside our reservation. ``command`` is the check's
+    argv: its first word a script (``#!`` first line, as sbatch requires) run with the rest as arguments;
+    no shell of ours is involved and no word is interpolated into one."""
+    if not command or minutes < 1:
+        raise ValueError("a check needs a command and a time limit")
+    argv = ["sbatch", "--parsable", f"--reservation={validate_reservation(reservation)}",
+            f"--nodelist={validate_node(node)}", "--nodes=1", f"--time={minutes}", f"--output={output}",
+            "--job-name=trainguard-validate"]
+    if partition:
+        argv.append(f"--partition={validate_node(partition)}")
+    return [*argv, *command]
 
 
 def our_reason(reason: str) -> str:

@@ -227,6 +227,27 @@ class SlurmCommandScheduler:
         logger.info("%s: resume %s", self.name, node)
         await self._call(slurm_commands.argv_node_state(node, "RESUME"))
 
+    # ------------------------------------------------------------ validation (building blocks)
+
+    async def create_reservation(self, node: str, minutes: int, user: str) -> str:
+        """Our maintenance reservation of ``node`` (``slurm_commands.reservation_name``); its name."""
+        name = slurm_commands.reservation_name(node)
+        logger.info("%s: reserve %s for validation (%d min)", self.name, node, minutes)
+        await self._call(slurm_commands.argv_create_reservation(name, node, minutes, user))
+        return name
+
+    async def delete_reservation(self, name: str) -> None:
+        """Delete a reservation of ours; one that is already gone is success."""
+        await self._call(slurm_commands.argv_delete_reservation(name), ok_if=("reservation is invalid",
+                                                                             "Invalid reservation"))
+
+    async def submit_check(self, command: Sequence[str], *, reservation: str, node: str, minutes: int, output: str,
+                           partition: str | None = None) -> str:
+        """Submit the site's check pinned to ``node`` in our reservation; the job id."""
+        res = await self._call(slurm_commands.argv_submit_check(
+            command, reservation=reservation, node=node, minutes=minutes, output=output, partition=partition))
+        return slurm_cli.validate_job_id(res.stdout.strip().split(";")[0])
+
     async def close(self) -> None:
         await self.runner.close()
 

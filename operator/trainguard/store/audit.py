@@ -18,7 +18,8 @@ its callers declare they need:
 - ``leases.LeaseStore``: leadership and database leases (``shards.StoreLeases``), fencing;
 - ``controls.ControlStore``: the pause and breaker controls (``act.switch.Controls``) and the
   blast-radius reservations (``store.ledger``);
-- ``stream.StreamStore``: the unified stream, and a person's API actions written into it.
+- ``stream.StreamStore``: the unified stream, and a person's API actions written into it;
+- ``nodes.NodeStore``: the node lifecycle (``model.lifecycle``), written with the records that move it.
 
 Idempotence is enforced by unique keys (see ``tables``): writing an advice or an action
 intent a second time returns what is already there instead of a duplicate. Errors are
@@ -31,7 +32,7 @@ The values and helpers once defined here are re-exported, so ``audit.TailRecord`
 from __future__ import annotations
 
 from trainguard.model.times import iso_utc, to_datetime, to_epoch
-from trainguard.store import controls, findings, leases, recoveries, steps, stream, tails, workloads
+from trainguard.store import controls, findings, leases, nodes, recoveries, steps, stream, tails, workloads
 from trainguard.store.records import (
     AttemptHistory,
     AuditContext,
@@ -73,6 +74,6 @@ __all__ = [
 
 class AuditStore(
     workloads.WorkloadStore, tails.TailStore, findings.FindingStore, recoveries.RecoveryStore, steps.ActionStore,
-    leases.LeaseStore, controls.ControlStore, stream.StreamStore,
+    leases.LeaseStore, controls.ControlStore, stream.StreamStore, nodes.NodeStore,
 ):
     """Async repository over one database. Create it with ``database.open_store``."""

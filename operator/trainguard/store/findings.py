@@ -13,8 +13,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from trainguard.model import anomalies, times, verdicts, vocab
-from trainguard.store import records, sessions, tables, workloads
+from trainguard.model import anomalies, lifecycle, times, verdicts, vocab
+from trainguard.store import nodes, records, sessions, tables, workloads
 
 _NODE_FAULTS = frozenset({vocab.Attribution.HARDWARE, vocab.Attribution.SYSTEM, vocab.Attribution.UNKNOWN})
 """Attributions whose suspect nodes are remembered in node_history (lemon-node memory)."""
@@ -69,6 +69,12 @@ class FindingStore(sessions.StoreBase):
             if node in placed and node not in known:
                 session.add(tables.NodeHistoryRow(node=node, workload=workload, attempt=attempt,
                                                   category=verdict.category.value, at=times.to_datetime(at)))
+            if node in placed:
+                await nodes.advance_in(session, node, lifecycle.NodeEvent.NAMED, at=at, workload=workload,
+                                       attempt=attempt, reason=f"named by a {verdict.category.value} verdict of "
+                                       f"{workload} attempt {attempt}",
+                                       evidence={"category": verdict.category.value,
+                                                 "attribution": verdict.attribution.value})
 
     async def node_history(self, *, since: float) -> list[records.NodeImplication]:
         """Suspect-node implications recorded with verdicts since ``since`` (oldest first)."""

@@ -13,8 +13,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from trainguard.model import actions, times, vocab
-from trainguard.store import leases, records, recoveries, sessions, tables
+from trainguard.model import actions, lifecycle, times, vocab
+from trainguard.store import leases, nodes, records, recoveries, sessions, tables
 
 
 class ActionStore(sessions.StoreBase):
@@ -109,6 +109,8 @@ class ActionStore(sessions.StoreBase):
                 row.args = {**row.args, **result}
             advice_row = await session.get(tables.AdviceRow, row.advice_id)
             self._log_action(session, row, at, advice_row.action if advice_row is not None else "")
+            if status is actions.ActionStatus.DONE:
+                await _lifecycle_of(session, row, at)
             await session.flush()
             return records.action_record(row)
 
@@ -181,3 +183,20 @@ class ActionStore(sessions.StoreBase):
                       payload=payload, decided_by="scheduler")
 
         await self._transaction(work)
+
+
+async def _lifecycle_of(session: AsyncSession, row: tables.ActionRow, at: float) -> None:
+    """The node lifecycle's transitions of a step that is done: our drain or cluster-wide exclusion
+    takes its nodes out of service, our resume puts its node back (``model.lifecycle``)."""
+    where = f"{row.workload} attempt {row.attempt} generation {row.generation}"
+    if row.operation == actions.Operation.RESUME_NODE.value and row.args.get("node"):
+        who = str(row.args.get("requested_by") or "")
+        reason = f"resumed: {'undone by ' + who if who else 'undrainAfter passed'} (our drain for {where})"
+        await nodes.advance_in(session, str(row.args["node"]), lifecycle.NodeEvent.RESUMED, at=at, reason=reason,
+                               workload=row.workload, attempt=row.attempt, evidence={"step": row.step})
+        return
+    for node in lifecycle.nodes_out(row.operation, row.args):
+        verb = "drained" if row.operation == actions.Operation.DRAIN_NODE.value else "excluded (cordon and taint)"
+        await nodes.advance_in(session, node, lifecycle.NodeEvent.TAKEN_OUT, at=at, reason=f"{verb} by us for {where}",
+                               workload=row.workload, attempt=row.attempt, evidence={"step": row.step})
+

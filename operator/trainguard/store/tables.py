@@ -355,3 +355,24 @@ class ControlRow(Base):
     """The control's state, e.g. ``{"paused": true, "reason": "..."}``."""
     updated_by: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
     updated_at: orm.Mapped[datetime.datetime]
+
+
+class NodeLifecycleRow(Base):
+    """One transition of a node's lifecycle (migration 0014, ``model.lifecycle``): appended, never
+    changed; a node's state is its latest row. Written in the same transaction as the record that
+    caused it (a verdict, our drain or resume) or as a person's decision (hold, return) with who it was.
+    No foreign key to ``workloads``: a person's decision names no workload."""
+
+    __tablename__ = "node_lifecycle"
+    __table_args__ = (sa.Index("ix_node_lifecycle_node_id", "node", "id"),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True, autoincrement=True)
+    node: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
+    state: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    event: orm.Mapped[str] = orm.mapped_column(sa.String(32))
+    reason: orm.Mapped[str] = orm.mapped_column(sa.Text)
+    by: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
+    workload: orm.Mapped[str] = orm.mapped_column(sa.String(ID_LEN))
+    attempt: orm.Mapped[int | None]
+    evidence: orm.Mapped[dict[str, Any]]
+    at: orm.Mapped[datetime.datetime]

@@ -211,15 +211,31 @@ def test_a_node_we_drained_is_resumed_after_undrain_after_and_a_node_a_person_dr
         return any(r["payload"].get("operation") == "resume_node" and r["payload"]["status"] == "done"
                    for r in harness.of_kind(records, "action"))
 
-    records = harness.wait_audit(setup.runner, second, resumed, timeout=WAIT_S, what="resume_node done")
-    actions = harness.of_kind(records, "action")
+    # The first job may already drain the node (lemon memory from the module's earlier jobs); then its drain
+    # is the one resumed, and the second's drain, soon after that return, makes the node a repeat offender:
+    # held for repair (the node lifecycle), never resumed by time. Either way one drain of ours is resumed.
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        trails = [setup.runner.audit(job) for job in (first, second)]
+        done = [records for records in trails if resumed(records)]
+        if done or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    assert done, harness.diagnosis(setup.runner, setup.workdir, second)
+    actions = harness.of_kind(done[0], "action")
     drained_at = next(harness.parse_time(r["time"]) for r in actions
                       if r["payload"].get("operation") == "drain_node" and r["payload"]["status"] == "done")
     resume = next(r for r in actions
                   if r["payload"].get("operation") == "resume_node" and r["payload"]["status"] == "done")
     assert resume["payload"]["step"] == f"resume_node:{LEMON}"
     assert harness.parse_time(resume["time"]) - drained_at >= UNDRAIN_AFTER_S
-    assert "DRAIN" not in _node(setup.cluster, LEMON)["State"]
+    repeat = [r for r in setup.runner.audit() if r["kind"] == "action"
+              and r["payload"].get("operation") == "node-repeat-offender" and r["payload"].get("node") == LEMON]
+    lemon = _node(setup.cluster, LEMON)
+    if repeat:  # held for repair: still drained, by us
+        assert "DRAIN" in lemon["State"] and lemon.get("Reason", "").startswith("trainguard:")
+    else:
+        assert "DRAIN" not in lemon["State"]
 
     human = _node(setup.cluster, HUMAN_DRAINED)
     assert "DRAIN" in human["State"] and human.get("Reason", "").startswith("maintenance")

@@ -387,7 +387,7 @@ async def test_every_endpoint_answers_what_the_openapi_document_says(store, sess
             "/api/v1/workloads": "WorkloadPage", "/api/v1/workloads/slurm/c0/0": "WorkloadDetail",
             "/api/v1/audit": "AuditPage", "/api/v1/policies": "PolicyList", "/api/v1/nodes": "NodeList",
             "/api/v1/health": "EngineHealth", "/api/v1/whoami": "WhoAmI", "/api/v1/scorecard": "Scorecard",
-            "/api/v1/goodput": "GoodputReport",
+            "/api/v1/goodput": "GoodputReport", "/api/v1/nodes/node2": "NodeDetail",
         }
         for path, model in answers.items():
             status, body, _ = await c.get(path)

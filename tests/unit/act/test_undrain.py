@@ -12,7 +12,7 @@ import pytest
 from tests.support import fake_scheduler
 from tests.unit.act.conftest import AdviceFactory
 from trainguard.act import executor, undrain
-from trainguard.model import actions, advice, clock, vocab, workloads
+from trainguard.model import actions, advice, clock, lifecycle, vocab, workloads
 from trainguard.store import audit
 
 HOUR = 3600.0
@@ -253,3 +253,134 @@ async def test_a_kubernetes_exclusion_stays_when_undrain_after_is_null_and_a_slu
     assert all(r.workload == K8S_WORKLOAD for r in await store.actions_by_operation([actions.Operation.RESUME_NODE]))
     await _undrainer(scheduler, store, manual_clock, {"default": ACTING}).sweep()
     assert _resumes(scheduler) == []
+
+
+async def _states(store: audit.AuditStore, node: str) -> list[tuple[str, str]]:
+    return [(t.event.value, t.state.value) for t in await store.node_transitions(node)]
+
+
+async def test_the_lifecycle_follows_our_drain_and_our_resume(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    assert await _states(store, "node2") == [("taken-out", "out-of-service")]
+    manual_clock.advance(HOUR + 1)
+    await _undrainer(scheduler, store, manual_clock, {"default": ACTING}).sweep()
+    assert await _states(store, "node2") == [("taken-out", "out-of-service"), ("resumed", "in-service")]
+    assert "undrainAfter" in (await store.node_transitions("node2"))[-1].reason
+
+
+async def test_a_node_held_for_repair_is_never_resumed_by_time_and_a_persons_clearance_returns_it_at_once(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    held = await store.decide_node("node2", lifecycle.NodeEvent.HELD, by="alice", channel="cli",
+                                   at=manual_clock.now(), reason="DIMM errors, ticket 77")
+    assert (held.state, held.by) == (lifecycle.NodeState.HELD_FOR_REPAIR, "alice")
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": ACTING})
+    manual_clock.advance(10 * HOUR)
+    assert await sweeper.sweep() == []
+    assert _resumes(scheduler) == [] and scheduler.nodes["node2"].drained
+
+    await store.decide_node("node2", lifecycle.NodeEvent.CLEARED, by="bob", channel="cli", at=manual_clock.now(),
+                            reason="DIMM replaced")
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.DONE and _resumes(scheduler) == ["node2"]
+    assert await _states(store, "node2") == [("taken-out", "out-of-service"), ("held", "held-for-repair"),
+                                             ("cleared", "out-of-service"), ("resumed", "in-service")]
+
+
+async def test_a_clearance_returns_a_node_before_undrain_after_and_even_without_it(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock)
+    never = undrain.UndrainRule(after_s=None, mode=vocab.Mode.ACTION)
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": never})
+    assert await sweeper.sweep() == []
+    await store.decide_node("node2", lifecycle.NodeEvent.CLEARED, by="bob", channel="cli", at=manual_clock.now(),
+                            reason="false alarm")
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.DONE and _resumes(scheduler) == ["node2"]
+
+
+async def test_a_node_someone_else_took_over_or_resumed_shows_in_the_lifecycle(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    await _drain(make_executor, store, advise, manual_clock, node="node2")
+    scheduler.nodes["node2"] = scheduler.nodes["node2"].model_copy(update={"reason": "bad DIMM, RMA 1234"})
+    manual_clock.advance(2 * HOUR)
+    await _undrainer(scheduler, store, manual_clock, {"default": ACTING}).sweep()
+    latest = await store.node_state("node2")
+    assert latest is not None and latest.state is lifecycle.NodeState.OTHER and "RMA 1234" in latest.reason
+    with pytest.raises(lifecycle.Refused):  # someone else's: a person's hold through us has nothing to hold
+        await store.decide_node("node2", lifecycle.NodeEvent.HELD, by="alice", channel="cli",
+                                at=manual_clock.now(), reason="x")
+    assert (await store.node_state("node2")) == latest  # nothing written
+
+
+async def test_a_node_out_for_someone_elses_reason_is_shown_as_other_and_back_when_it_returns(
+    store: audit.AuditStore, manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    scheduler.nodes["node3"] = scheduler.nodes["node3"].model_copy(
+        update={"drained": True, "state": "DRAIN", "reason": "maintenance"})
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": ACTING})
+    assert await sweeper.sweep() == []
+    await sweeper.sweep()  # seen twice: one row
+    assert await _states(store, "node3") == [("seen-other", "other")]
+    assert "maintenance" in (await store.node_transitions("node3"))[0].reason
+    assert not any(call[0] == "resume_node" for call in scheduler.calls)  # never touched
+    scheduler.nodes["node3"] = scheduler.nodes["node3"].model_copy(  # their own return (scontrol, not us)
+        update={"drained": False, "state": "IDLE", "reason": ""})
+    await sweeper.sweep()
+    assert await _states(store, "node3") == [("seen-other", "other"), ("seen-back", "in-service")]
+
+
+async def test_a_node_taken_out_again_within_the_lemon_window_after_its_return_is_held_until_a_person_clears_it(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    rule = undrain.UndrainRule(after_s=HOUR, mode=vocab.Mode.ACTION, lemon_window_s=24 * HOUR)
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": rule})
+    await _drain(make_executor, store, advise, manual_clock)
+    manual_clock.advance(HOUR + 1)
+    [first] = await sweeper.sweep()
+    assert first.status is actions.ActionStatus.DONE  # the first return: by time
+    manual_clock.advance(HOUR)
+    second = advise(vocab.AdviceAction.STOP, drain_nodes=["node2"], generation=2, deadline=manual_clock.now() + 300)
+    await store.record_advice(second, at=manual_clock.now())
+    assert await make_executor.reconcile(second) is vocab.Disposition.CONVERGED  # named and drained again
+    manual_clock.advance(10 * HOUR)
+    assert await sweeper.sweep() == []
+    assert _resumes(scheduler) == ["node2"] and scheduler.nodes["node2"].drained
+    latest = await store.node_state("node2")
+    assert latest is not None and latest.state is lifecycle.NodeState.HELD_FOR_REPAIR
+    assert latest.event is lifecycle.NodeEvent.REPEAT_OFFENDER and "repeat offender" in latest.reason
+    assert await sweeper.sweep() == []  # held: recorded once, never resumed by time
+    assert [e for e, _ in await _states(store, "node2")].count("repeat-offender") == 1
+
+    await store.decide_node("node2", lifecycle.NodeEvent.CLEARED, by="bob", channel="cli", at=manual_clock.now(),
+                            reason="GPU replaced")
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.DONE and _resumes(scheduler) == ["node2", "node2"]
+
+
+async def test_a_node_taken_out_again_after_the_lemon_window_returns_by_time(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+) -> None:
+    rule = undrain.UndrainRule(after_s=HOUR, mode=vocab.Mode.ACTION, lemon_window_s=2 * HOUR)
+    sweeper = _undrainer(scheduler, store, manual_clock, {"default": rule})
+    await _drain(make_executor, store, advise, manual_clock)
+    manual_clock.advance(HOUR + 1)
+    await sweeper.sweep()
+    manual_clock.advance(3 * HOUR)
+    second = advise(vocab.AdviceAction.STOP, drain_nodes=["node2"], generation=2, deadline=manual_clock.now() + 300)
+    await store.record_advice(second, at=manual_clock.now())
+    assert await make_executor.reconcile(second) is vocab.Disposition.CONVERGED
+    manual_clock.advance(HOUR + 1)
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.DONE and _resumes(scheduler) == ["node2", "node2"]

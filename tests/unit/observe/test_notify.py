@@ -216,3 +216,15 @@ def test_a_group_falling_due_takes_the_open_groups_of_its_kind_along() -> None:
     [message] = d.due(5)
     assert message.kind is events.Kind.MONITOR_ADVICE and message.subjects == ["w1", "w2"]
     assert [m.kind for m in d.due(9)] == [events.Kind.ACTION_DONE]
+
+
+def test_a_node_held_for_repair_is_an_event_about_the_node() -> None:
+    held = events.event_of(written("action", {"operation": "node-held", "status": "done", "node": "node7",
+                                              "state": "held-for-repair", "reason": "ECC", "by": "alice"},
+                                   workload="", attempt=None, decided_by="cli"))
+    assert held is not None and held.kind is events.Kind.NODE_HELD and held.severity is events.Severity.WARNING
+    assert (held.subject, held.node) == ("node7", "node7") and "alice" in held.summary and "ECC" in held.summary
+    repeat = events.event_of(written("action", {"operation": "node-repeat-offender", "status": "done",
+                                                "node": "node7", "reason": "taken out again", "by": "trainguard"}))
+    assert repeat is not None and repeat.kind is events.Kind.NODE_HELD and repeat.incident == held.incident
+    assert events.event_of(written("action", {"operation": "node-cleared", "status": "done", "node": "node7"})) is None

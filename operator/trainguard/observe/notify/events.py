@@ -17,9 +17,9 @@ Which records become which event (everything else is none):
   hold of ours (the job may stay held);
 - ``recovery-abandoned``: any other Abandoned generation (a failed step, a verify that failed).
   A deadline's Abandoned outcome is not told again: its ``recovery-stuck`` came just before it;
-- ``node-held``: reserved for the node lifecycle (issue 27, section 1: a node that failed
-  validation is held for repair). Nothing writes it yet; its record gets a classifier in
-  ``_CLASSIFIERS`` and a ``node`` subject, and every target, filter and payload already takes it.
+- ``node-held``: a node held for repair in the node lifecycle (``model.lifecycle``): a person's hold
+  (operation ``node-held``), a repeat offender (``node-repeat-offender``), a failed validation
+  (``node-validation-failed``, once validation exists); its subject is the node.
 """
 
 from __future__ import annotations
@@ -136,6 +136,8 @@ def _advice(record: audit.Written) -> Event | None:
 
 
 _OPERATIONS: Final = frozenset(o.value for o in actions.Operation)
+_HELD: Final = frozenset({"node-held", "node-repeat-offender", "node-validation-failed"})
+"""The lifecycle's audit operations (``store.nodes``, ``node-<event>``) that leave a node held for repair."""
 
 
 def _action(record: audit.Written) -> Event | None:
@@ -150,6 +152,12 @@ def _action(record: audit.Written) -> Event | None:
         control = str(payload.get("control") or "breaker")
         return _base(record, Kind.BREAKER_RESET, f"the blast-radius breaker was reset by {payload.get('by', '?')}: "
                      f"{payload.get('reason', '')}".rstrip(": "), subject=control, by=payload.get("by"))
+    if operation in _HELD and payload.get("node"):
+        node = str(payload["node"])
+        held = _base(record, Kind.NODE_HELD, f"{node} held for repair ({operation.removeprefix('node-')}, by "
+                     f"{payload.get('by', '?')}): {payload.get('reason', '')}; stays out until a person returns it "
+                     "(trainguard nodes return)", subject=node, reason=payload.get("reason"), by=payload.get("by"))
+        return dataclasses.replace(held, node=node)
     if payload.get("status") != actions.ActionStatus.DONE.value or operation not in _OPERATIONS:
         return None
     node = str((payload.get("arguments") or {}).get("node") or "")

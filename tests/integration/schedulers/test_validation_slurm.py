@@ -1,0 +1,76 @@
+"""The Slurm building blocks of validation before return, on the real local cluster: our reservation of a
+node we drained keeps a user's job off it while the site's check (a script that passes or fails on
+command, submitted as argv, no shell of ours) runs pinned to the node inside it; the check's exit code and
+output are read back; the reservation is deleted (twice is fine) and only then the user's job runs.
+
+Not yet wired into the undrain sweep (docs/status.md "Node lifecycle"): these are the scheduler steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+from pathlib import Path
+
+import pytest
+
+from tests.support import slurm
+from trainguard.schedulers import base, runner, slurm_commands, slurm_local
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+CHECK = """#!/bin/sh
+# the site's check, as a test double of dcgmi diag: prints its verdict, exits with the code it is given
+echo "check on $(hostname -s 2>/dev/null || echo node): $1"
+exit "$2"
+"""
+
+
+@pytest.mark.parametrize(("verdict", "code", "state"), [("pass", "0", "COMPLETED"), ("fail", "3", "FAILED")])
+async def test_a_check_runs_pinned_in_our_reservation_and_user_jobs_wait_until_it_is_deleted(
+        slurm_cluster: slurm.SlurmCluster, tmp_path: Path, verdict: str, code: str, state: str) -> None:
+    node = slurm_cluster.nodes[-1]
+    scheduler = slurm_local.SlurmCommandScheduler(  # sbatch is not among the binaries slurm-local runs yet
+        runner.LocalRunner((*runner.SLURM_BINARIES, "sbatch"), env=slurm_cluster.client_env))
+    check = slurm_cluster.jobs_dir / f"check-{verdict}.sh"
+    check.write_text(CHECK)
+    check.chmod(0o755)
+    output = slurm_cluster.jobs_dir / f"check-{verdict}-%j.out"
+    name = ""
+    try:
+        await scheduler.drain_node(node, "suspect node (test)")
+        name = await scheduler.create_reservation(node, 10, getpass.getuser())
+        assert name == f"trainguard-validate-{node}"
+        await scheduler.resume_node(node)  # a drained node runs no job, not even ours: the reservation guards it
+        user_job = slurm_cluster.submit("#!/bin/sh\necho user\n", f"--nodelist={node}", "--time=2")
+        job = await scheduler.submit_check([str(check), verdict, code], reservation=name, node=node, minutes=2,
+                                           output=str(output))
+        done = slurm_cluster.wait_for(job, state, timeout=60)
+        assert done["NodeList"] == node and done["Reservation"] == name
+        assert done["ExitCode"].startswith(f"{code}:")
+        assert f": {verdict}" in await asyncio.to_thread(Path(str(output).replace("%j", job)).read_text)
+        assert slurm_cluster.show(user_job)["JobState"] == "PENDING"  # kept off while we validate
+
+        await scheduler.delete_reservation(name)
+        await scheduler.delete_reservation(name)  # already gone: success
+        name = ""
+        slurm_cluster.wait_for(user_job, "COMPLETED", timeout=60)
+    finally:
+        if name:
+            await scheduler.delete_reservation(name)
+        snap = next(n for n in await scheduler.list_nodes() if n.name == node)
+        if snap.drained:
+            slurm_cluster.scontrol("update", f"NodeName={node}", "State=RESUME")
+        await scheduler.close()
+
+
+def test_reservation_names_and_argv_refuse_what_is_not_ours() -> None:
+    with pytest.raises(base.SchedulerError):
+        slurm_commands.argv_delete_reservation("maintenance-window")
+    with pytest.raises(base.SchedulerError):
+        slurm_commands.argv_submit_check(["/x.sh"], reservation="trainguard-validate-n1", node="n1;rm", minutes=1,
+                                         output="/tmp/o")
+    argv = slurm_commands.argv_submit_check(["/opt/check.sh", "--level", "2"], reservation="trainguard-validate-n1",
+                                            node="n1", minutes=5, output="/tmp/o")
+    assert argv[0] == "sbatch" and argv[-3:] == ["/opt/check.sh", "--level", "2"]
+    assert "--reservation=trainguard-validate-n1" in argv and "--nodelist=n1" in argv
