@@ -23,7 +23,15 @@ It prints one JSON object:
   CPU seconds per wall second over the second half of the run (steady state), and
   ``cpu_cores_all`` over the whole run;
 - ``unreadable``: workloads whose output cannot be read (e.g. the descriptor limit), as the
-  engine reports them; ``lines_written`` by the writer.
+  engine reports them; ``lines_written`` by the writer; ``stuck_warnings``: "reading ... is
+  stuck" warnings the engine logged (none is expected: every file here is a local, healthy one);
+- ``round_trips``: statements sent to the database (one per execute, one per executemany) and
+  commits, in all and per workload per minute over the second half of the run (steady state),
+  and the statements per workload until all were tracked;
+- ``commit``, ``dirty``: the git commit of the ``trainguard`` package that ran (``PYTHONPATH`` may
+  point at another tree's ``operator/``) and whether its tree had uncommitted changes;
+- ``goals`` and ``missed_goals``: each goal of issue 28 with its measured value, and for each one
+  missed by how much.
 
     .venv/bin/python benchmarks/scale.py --workloads 1000 --minutes 1
     .venv/bin/python benchmarks/scale.py --workloads 10000 --minutes 10 --db postgres
@@ -31,7 +39,8 @@ It prints one JSON object:
 With ``--db postgres`` the database is ``$TG_PG_URL`` (after ``hack/local-postgres.sh up``,
 ``source .local/postgres/env``), with ``--db mysql`` ``$TG_MYSQL_URL`` (``hack/local-mysql.sh up``,
 ``source .local/mysql/env``); workload names carry a run id, so earlier runs' rows do not mix in.
-Exit 0 after a complete run, 2 on a setup error.
+``--db`` also takes a database URL. Exit 0 when every goal is met, 1 when one is missed (each
+one on stderr with by how much), 2 on a setup error.
 """
 
 from __future__ import annotations
@@ -44,16 +53,20 @@ import os
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import trainguard  # noqa: E402
 from tests.support import fake_scheduler  # noqa: E402  (the repository root must be importable first)
 from trainguard import engine as engine_mod  # noqa: E402
 from trainguard import settings as settings_mod  # noqa: E402
@@ -74,6 +87,18 @@ spec:
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
 """The injected crash line: a kernel Xid as the training process's output shows it."""
 NODES = 64
+
+GOALS = {
+    "tracked_after_s": 30.0,
+    "detect_p50_s": 1.0,
+    "detect_p99_s": 2.0,
+    "cpu_cores": 1.0,
+    "rss_peak_mb": 1024.0,
+    "detect_missed": 0,
+    "stuck_warnings": 0,
+}
+"""Issue 28, goal 1: the most each figure may be (all tracked within 30 s of appearing, crash line
+-> anomaly p50 1 s and p99 2 s, at most one core and 1 GiB, nothing missed, no false "stuck")."""
 
 
 def _progress(step: int) -> str:
@@ -139,9 +164,71 @@ def _quantile(values: list[float], q: float) -> float | None:
     return round(statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1], 3)
 
 
+def code_commit() -> dict[str, Any]:
+    """The commit of the ``trainguard`` package this process imported, and whether its tree is dirty."""
+    where = Path(trainguard.__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True, timeout=30).stdout.strip()
+        status = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no", "--", "."],
+                                capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None, "code": str(where)}
+    return {"commit": commit, "dirty": bool(status.strip()), "code": str(where.parents[1])}
+
+
+class RoundTrips:
+    """Counts what the store sends to the database: statements (an executemany is one) and commits."""
+
+    def __init__(self, engine: Any) -> None:
+        self.statements = 0
+        self.commits = 0
+        sa.event.listen(engine.sync_engine, "before_cursor_execute", self._statement)
+        sa.event.listen(engine.sync_engine, "commit", self._commit)
+
+    def _statement(self, *_args: Any) -> None:
+        self.statements += 1
+
+    def _commit(self, *_args: Any) -> None:
+        self.commits += 1
+
+
+class StuckWarnings(logging.Handler):
+    """Counts the engine's "reading ... is stuck" warnings (false ones: every file here is healthy)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "stuck" in record.getMessage():
+            self.count += 1
+
+
+def missed_goals(result: dict[str, Any]) -> list[str]:
+    """Each goal of ``GOALS`` the result misses, and by how much."""
+    missed = []
+    for key, limit in GOALS.items():
+        value = result.get(key)
+        if value is None:
+            if key == "tracked_after_s":
+                missed.append(f"tracked_after_s: never ({result['tracked']} of {result['workloads']} tracked "
+                              f"after {result['minutes']} min; goal <= {limit} s)")
+            elif key.startswith("detect_p"):
+                missed.append(f"{key}: no crash detected (goal <= {limit} s)")
+            continue
+        if value > limit:
+            over = f"{value - limit:.3g} over" if limit else f"{value}, goal 0"
+            factor = f", {value / limit:.1f}x" if limit else ""
+            missed.append(f"{key}: {value} > {limit} ({over}{factor})")
+    return missed
+
+
 async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     run_id = f"{os.getpid()}-{int(time.time())}"
-    if args.db == "postgres":
+    if "://" in args.db:
+        url = args.db
+    elif args.db == "postgres":
         url = os.environ.get("TG_PG_URL")
         if not url:
             raise SystemExit("--db postgres needs TG_PG_URL (hack/local-postgres.sh up; source .local/postgres/env)")
@@ -152,6 +239,9 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     else:
         url = f"sqlite+aiosqlite:///{folder / 'audit.db'}"
     store = await database.open_store(url)
+    trips = RoundTrips(store.sql_engine)
+    stuck = StuckWarnings()
+    logging.getLogger().addHandler(stuck)
     scheduler = fake_scheduler.FakeScheduler(nodes=[f"node{i}" for i in range(NODES)])
     anomaly_at: dict[str, float] = {}
     outcome_at: dict[str, float] = {}
@@ -194,15 +284,20 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     task = asyncio.create_task(engine.run(stop))
     tracked_after: float | None = None
     half: tuple[float, float] | None = None
+    half_trips = (0, 0)
+    tracking_trips: int | None = None
     while time.time() - t0 < seconds:
         await asyncio.sleep(0.2)
         ready = sum(1 for rt in engine.runtimes.values() if rt.ready)
         if tracked_after is None and ready >= args.workloads:
             tracked_after = time.time() - t0
+            tracking_trips = trips.statements
         if half is None and time.time() - t0 >= seconds / 2:
             half = (_cpu_s(), time.time())
+            half_trips = (trips.statements, trips.commits)
     await asyncio.sleep(3.0)  # the last crash's settle window and decision
     cpu1, t1 = _cpu_s(), time.time()
+    trips1 = (trips.statements, trips.commits)
     unreadable = len(getattr(engine, "unreadable", {}) or {})
     tracked = sum(1 for rt in engine.runtimes.values() if rt.ready)
     rss = _rss_mb()
@@ -221,10 +316,12 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     detect = [anomaly_at[w] - at for w, at in written_at.items() if w in anomaly_at]
     action = [outcome_at[w] - anomaly_at[w] for w in written_at if w in anomaly_at and w in outcome_at]
     h_cpu, h_t = half if half is not None else (cpu0, t0)
+    per = args.workloads * max(t1 - h_t, 1e-9) / 60.0  # workload-minutes of the second half
     return {
+        **code_commit(),
         "workloads": args.workloads,
         "minutes": args.minutes,
-        "db": args.db,
+        "db": args.db if "://" not in args.db else database.safe_url(args.db),
         "tracked": tracked,
         "tracked_after_s": round(tracked_after, 2) if tracked_after is not None else None,
         "detect_p50_s": _quantile(detect, 0.5),
@@ -240,7 +337,17 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         "cpu_cores_all": round((cpu1 - cpu0) / max(t1 - t0, 1e-9), 3),
         "unreadable": unreadable,
         "lines_written": lines_written,
+        "stuck_warnings": stuck.count,
+        "round_trips": {
+            "statements": trips1[0],
+            "commits": trips1[1],
+            "statements_per_workload_until_tracked": (round(tracking_trips / args.workloads, 2)
+                                                      if tracking_trips is not None else None),
+            "statements_per_workload_minute": round((trips1[0] - half_trips[0]) / per, 4),
+            "commits_per_workload_minute": round((trips1[1] - half_trips[1]) / per, 4),
+        },
         "nofile_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -248,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", type=int, default=1000)
     parser.add_argument("--minutes", type=float, default=1.0)
-    parser.add_argument("--db", choices=("sqlite", "postgres", "mysql"), default="sqlite")
+    parser.add_argument("--db", default="sqlite",
+                        help="sqlite (default), postgres ($TG_PG_URL), mysql ($TG_MYSQL_URL) or a database URL")
     parser.add_argument("--crashes", type=int, default=20, help="workloads that get a crash line (default 20)")
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--workdir", type=Path, default=None, help="where the output files go (default: a temp dir)")
@@ -265,8 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         except (database.StoreError, OSError) as exc:
             print(f"scale: {exc}", file=sys.stderr)
             return 2
+    missed = missed_goals(result)
+    result["goals"] = GOALS
+    result["missed_goals"] = missed
     print(json.dumps(result, indent=2))
-    return 0
+    for line in missed:
+        print(f"scale: goal missed: {line}", file=sys.stderr)
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ detector (``new_detector``) once it runs; lines of an attempt are judged on that
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from trainguard import settings as settings_mod
@@ -25,6 +26,9 @@ from trainguard.signals import sources, tailbook
 from trainguard.store import audit
 
 logger = runtime.logger
+
+YIELD_EVERY_S = 0.02
+"""How long the tailing round feeds lines before it lets the event loop run the other tasks once."""
 
 Batch = list[tuple[sources.Followed, list[signals.LogLine]]]
 """New lines of one workload, per file they were read from."""
@@ -65,7 +69,15 @@ class Tailing:
         # Every file is read concurrently on the pool: a hung file holds up no other workload.
         batches = await self.read_round(runtimes)
         self.note_unreadable(runtimes)
+        turn = time.monotonic()
         for rt, batch in zip(runtimes, batches, strict=True):
+            if time.monotonic() - turn >= YIELD_EVERY_S:
+                # Let the other tasks run (tracking, its store round trips, decisions): a round over
+                # 10,000 workloads runs for seconds on a busy machine, and every awaited statement
+                # of the others would wait that long otherwise (issue 28: tracking 512 new jobs
+                # took ~30 s, one round per round trip).
+                await asyncio.sleep(0)
+                turn = time.monotonic()
             await self.feed_batch(rt, batch, tick=False)
             if rt.detector is not None:
                 running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt

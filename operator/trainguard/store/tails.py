@@ -25,11 +25,12 @@ class TailStore(sessions.StoreBase):
         """Create or move read positions (one transaction for all); an empty ``basis`` keeps the stored one."""
         if not records:
             return
+        item = [(rec, at) for rec in records]
         try:
-            await self._transaction(lambda session: save_tail(session, records, at))
+            await self._transaction(lambda session: save_tail(session, records, at), bulk=(save_tails, item))
         except sa_exc.IntegrityError:
             # Another writer inserted the same key first: the rows exist now, so this is an update.
-            await self._transaction(lambda session: save_tail(session, records, at))
+            await self._transaction(lambda session: save_tail(session, records, at), bulk=(save_tails, item))
 
     async def tail_positions(self, workload: str) -> list[TailRecord]:
         """Every saved read position of a workload, oldest attempt first."""
@@ -43,27 +44,40 @@ class TailStore(sessions.StoreBase):
 
 async def save_tail(session: AsyncSession, records: Sequence[TailRecord], at: float) -> None:
     """Create or move ``records`` in ``session``'s transaction; an empty ``basis`` keeps the stored one."""
-    when = times.to_datetime(at)
+    await save_timed(session, [(rec, at) for rec in records])
+
+
+async def save_tails(session: AsyncSession, items: list[list[tuple[TailRecord, float]]]) -> None:
+    """``save_tail_positions`` of a group of callers (``sessions.Bulk``), in one pass."""
+    await save_timed(session, [pair for item in items for pair in item])
+
+
+async def save_timed(session: AsyncSession, records: Sequence[tuple[TailRecord, float]]) -> None:
+    """``save_tail`` of records each saved at its own time."""
     # The ids of these workloads' rows in one query per 500 (not one per record), then one
     # executemany UPDATE by id: the tailing round saves the moved positions of every tracked
     # workload several times a second, and loading and flushing thousands of ORM rows per round
     # cost ~30 us each (at 10,000 workloads a third of a core, with SQLite's write lock held).
-    names = list(dict.fromkeys(rec.workload for rec in records))
+    names = list(dict.fromkeys(rec.workload for rec, _ in records))
     table = tables.TailPositionRow.__table__
     assert isinstance(table, sa.Table)
     ids: dict[tuple[str, int, str], int] = {}
-    for start in range(0, len(names), 500):
-        chunk = names[start:start + 500]
+    for start in range(0, len(names), sessions.IN_CHUNK):
+        chunk = names[start:start + sessions.IN_CHUNK]
         query = sa.select(table.c.id, table.c.workload, table.c.attempt, table.c.path_key).where(
             table.c.workload.in_(chunk))
         for row_id, workload, attempt, key in (await session.execute(query)).all():
             ids[(workload, attempt, key)] = row_id
     moved: dict[int, dict[str, object]] = {}
     added: dict[tuple[str, int, str], tables.TailPositionRow] = {}
-    for rec in records:
+    new = [(rec.workload, at) for rec, at in records if (rec.workload, rec.attempt, path_key(rec.path)) not in ids]
+    if new:  # every row keyed by a workload needs its row: all of them in one query per 500
+        await sessions.ensure_workloads(session, new)
+    for rec, at in records:
         key = (rec.workload, rec.attempt, path_key(rec.path))
         values: dict[str, object] = {"source": rec.source, "inode": rec.inode, "byte_offset": rec.offset,
-                                     "lineno": rec.lineno, "fingerprint": rec.fingerprint, "updated_at": when}
+                                     "lineno": rec.lineno, "fingerprint": rec.fingerprint,
+                                     "updated_at": times.to_datetime(at)}
         row_id = ids.get(key)
         if row_id is not None:
             if rec.basis:
@@ -72,10 +86,8 @@ async def save_tail(session: AsyncSession, records: Sequence[TailRecord], at: fl
             continue
         row = added.get(key)
         if row is None:
-            await sessions.ensure_workload(session, rec.workload, at)
             row = added[key] = tables.TailPositionRow(workload=rec.workload, attempt=rec.attempt,
                                                       path_key=key[2], path=rec.path)
-            session.add(row)
         for name, value in values.items():
             setattr(row, name, value)
         if rec.basis:
@@ -89,4 +101,4 @@ async def save_tail(session: AsyncSession, records: Sequence[TailRecord], at: fl
         stmt = (sa.update(table).where(table.c.id == sa.bindparam("row_id"))
                 .values({name: sa.bindparam(f"new_{name}") for name in columns}))
         await session.execute(stmt, params)
-    await session.flush()
+    await sessions.insert_new(session, list(added.values()))  # one executemany for the new rows

@@ -8,6 +8,7 @@ moves a deleted-and-recreated object's history aside, so the newcomer starts fre
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Final
@@ -29,18 +30,12 @@ class WorkloadStore(sessions.StoreBase):
         """Create or refresh a tracked workload (first_seen is kept, last_seen moves; an empty
         ``incarnation`` keeps the stored one)."""
 
-        async def work(session: AsyncSession) -> None:
-            row = await session.get(tables.Workload, workload)
-            when = times.to_datetime(at)
-            if row is None:
-                row = tables.Workload(id=workload, first_seen=when)
-                session.add(row)
-            row.scheduler, row.job_id, row.policy, row.comment = scheduler, job_id, policy, comment
-            row.opt_in_errors, row.state, row.last_seen = list(opt_in_errors), state, when
-            if incarnation:
-                row.incarnation = incarnation
+        item = _WorkloadWrite(workload, scheduler, job_id, at, policy, comment, list(opt_in_errors), state, incarnation)
 
-        await self._transaction(work)
+        async def work(session: AsyncSession) -> None:
+            _upsert(session, await session.get(tables.Workload, workload), item)
+
+        await self._transaction(work, bulk=(_upsert_many, item))
 
     async def retire_incarnation(self, workload: str, *, incarnation: str, at: float) -> str | None:
         """A new object under ``workload``'s id (``incarnation`` differs from the stored one): move
@@ -135,29 +130,15 @@ class WorkloadStore(sessions.StoreBase):
         replaced: a node the attempt ran on stays part of the workload's allocation.
         """
 
+        item = _AttemptWrite(workload, attempt, at, started_at, ended_at, checkpoint_saved, state, nodes, checkpoint_at)
+
         async def work(session: AsyncSession) -> None:
             await sessions.ensure_workload(session, workload, at)
             query = sa.select(tables.Attempt).where(tables.Attempt.workload == workload,
                                                     tables.Attempt.attempt == attempt)
-            row = (await session.execute(query)).scalar_one_or_none()
-            if row is None:
-                row = tables.Attempt(workload=workload, attempt=attempt, checkpoint_saved=False, state="")
-                session.add(row)
-            if started_at is not None:
-                row.started_at = times.to_datetime(started_at)
-            if ended_at is not None:
-                row.ended_at = times.to_datetime(ended_at)
-            if checkpoint_saved is not None:
-                row.checkpoint_saved = checkpoint_saved
-            if state is not None:
-                row.state = state
-            if checkpoint_at is not None and (row.last_checkpoint_at is None
-                                              or times.to_datetime(checkpoint_at) > row.last_checkpoint_at):
-                row.last_checkpoint_at = times.to_datetime(checkpoint_at)
-            if nodes:
-                row.nodes = list(dict.fromkeys([*(row.nodes or []), *nodes]))
+            _apply_attempt(session, (await session.execute(query)).scalar_one_or_none(), item)
 
-        await self._transaction(work)
+        await self._transaction(work, bulk=(_attempts_many, item))
 
     async def allocation(self, workload: str) -> list[str]:
         """Every node the scheduler placed an attempt of ``workload`` on, as recorded, in first-seen order."""
@@ -204,6 +185,109 @@ class WorkloadStore(sessions.StoreBase):
                 advice=given.get(number, []),
             ))
         return facts
+
+
+@dataclasses.dataclass(frozen=True)
+class _WorkloadWrite:
+    """One ``upsert_workload``."""
+
+    workload: str
+    scheduler: str
+    job_id: str
+    at: float
+    policy: str
+    comment: str
+    opt_in_errors: list[str]
+    state: str
+    incarnation: str
+
+
+def _upsert(session: AsyncSession, row: tables.Workload | None, item: _WorkloadWrite) -> tables.Workload:
+    when = times.to_datetime(item.at)
+    if row is None:
+        row = tables.Workload(id=item.workload, first_seen=when)
+        session.add(row)
+    row.scheduler, row.job_id, row.policy, row.comment = item.scheduler, item.job_id, item.policy, item.comment
+    row.opt_in_errors, row.state, row.last_seen = list(item.opt_in_errors), item.state, when
+    if item.incarnation:
+        row.incarnation = item.incarnation
+    return row
+
+
+async def _upsert_many(session: AsyncSession, items: list[_WorkloadWrite]) -> None:
+    """``upsert_workload`` of a group (``sessions.Bulk``): the rows in one query per 500, one flush."""
+    rows = await _workload_rows(session, [item.workload for item in items])
+    for item in items:
+        rows[item.workload] = _upsert(session, rows.get(item.workload), item)
+    await session.flush()
+
+
+@dataclasses.dataclass(frozen=True)
+class _AttemptWrite:
+    """One ``record_attempt``."""
+
+    workload: str
+    attempt: int
+    at: float
+    started_at: float | None
+    ended_at: float | None
+    checkpoint_saved: bool | None
+    state: str | None
+    nodes: Sequence[str] | None
+    checkpoint_at: float | None
+
+
+def _apply_attempt(session: AsyncSession | None, row: tables.Attempt | None, item: _AttemptWrite) -> tables.Attempt:
+    """``record_attempt``'s change to the stored attempt ``row`` (None: a new one, added to ``session``
+    unless that is None: the caller inserts it)."""
+    if row is None:
+        row = tables.Attempt(workload=item.workload, attempt=item.attempt, checkpoint_saved=False, state="")
+        if session is not None:
+            session.add(row)
+    if item.started_at is not None:
+        row.started_at = times.to_datetime(item.started_at)
+    if item.ended_at is not None:
+        row.ended_at = times.to_datetime(item.ended_at)
+    if item.checkpoint_saved is not None:
+        row.checkpoint_saved = item.checkpoint_saved
+    if item.state is not None:
+        row.state = item.state
+    if item.checkpoint_at is not None and (row.last_checkpoint_at is None
+                                           or times.to_datetime(item.checkpoint_at) > row.last_checkpoint_at):
+        row.last_checkpoint_at = times.to_datetime(item.checkpoint_at)
+    if item.nodes:
+        row.nodes = list(dict.fromkeys([*(row.nodes or []), *item.nodes]))
+    return row
+
+
+async def _attempts_many(session: AsyncSession, items: list[_AttemptWrite]) -> None:
+    """``record_attempt`` of a group (``sessions.Bulk``): the workload rows ensured and the attempts
+    read in one query per 500 workloads each, then one flush, instead of three round trips a write."""
+    names = list(dict.fromkeys(item.workload for item in items))
+    await sessions.ensure_workloads(session, [(item.workload, item.at) for item in items])
+    rows: dict[tuple[str, int], tables.Attempt] = {}
+    for start in range(0, len(names), sessions.IN_CHUNK):
+        query = sa.select(tables.Attempt).where(tables.Attempt.workload.in_(names[start:start + sessions.IN_CHUNK]))
+        rows.update({(r.workload, r.attempt): r for r in (await session.execute(query)).scalars()})
+    new: dict[tuple[str, int], tables.Attempt] = {}
+    for item in items:
+        key = (item.workload, item.attempt)
+        if key in rows:
+            _apply_attempt(session, rows[key], item)
+        else:
+            new[key] = _apply_attempt(None, new.get(key), item)
+    await session.flush()
+    await sessions.insert_new(session, list(new.values()))
+
+
+async def _workload_rows(session: AsyncSession, keys: Sequence[str]) -> dict[str, tables.Workload]:
+    """The workload rows of ``keys`` (those that exist), one query per 500 keys."""
+    names = list(dict.fromkeys(keys))
+    rows: dict[str, tables.Workload] = {}
+    for start in range(0, len(names), sessions.IN_CHUNK):
+        query = sa.select(tables.Workload).where(tables.Workload.id.in_(names[start:start + sessions.IN_CHUNK]))
+        rows.update({r.id: r for r in (await session.execute(query)).scalars()})
+    return rows
 
 
 async def allocation_of(session: AsyncSession, workload: str) -> list[str]:

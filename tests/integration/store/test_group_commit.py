@@ -4,11 +4,12 @@ returns once its own write is committed, and one failing write fails only its ow
 from __future__ import annotations
 
 import asyncio
+import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from trainguard.store import audit, database
+from trainguard.store import audit, database, tables
 
 T0 = 1_800_000_000.0
 
@@ -97,5 +98,59 @@ async def test_read_positions_of_many_workloads_are_saved_and_moved_in_one_write
         assert [r.offset for r in await store.tail_positions("slurm/t/1")] == [40]
         assert [r.offset for r in await store.tail_positions("slurm/t/3")] == [10]
         assert await store.known_workloads(["slurm/t/3", "slurm/t/99"]) == {"slurm/t/3"}
+    finally:
+        await store.close()
+
+
+async def test_grouped_tracking_writes_are_written_in_bulk_with_the_same_rows(db_url: str) -> None:
+    """Within ``grouped()``, the writes of first sight (``upsert_workload``, ``record_attempt``,
+    ``save_tail_positions``) of many workloads are written together, a few statements for all
+    (issue 28: several round trips a job made tracking 10,000 jobs take minutes), and leave the rows
+    the same writes one by one leave: the attempt's fields, its nodes merged into what is stored, a
+    checkpoint time moved forward only, the read positions, first_seen kept."""
+    store = await database.open_store(db_url)
+    try:
+        await store.upsert_workload(workload="slurm/t/0", scheduler="fake", job_id="old", at=T0 - 100)
+        await store.record_attempt(workload="slurm/t/0", attempt=0, at=T0 - 100, nodes=["n-old"],
+                                   checkpoint_at=T0 + 50)
+        statements = [0]
+
+        def on_statement(*_args: object) -> None:
+            statements[0] += 1
+
+        sa.event.listen(store.sql_engine.sync_engine, "before_cursor_execute", on_statement)
+
+        async def first_sight(i: int) -> None:
+            name = f"slurm/t/{i}"
+            with store.grouped():
+                await store.upsert_workload(workload=name, scheduler="fake", job_id=str(i), at=T0, policy="p",
+                                            state="RUNNING", incarnation=f"uid-{i}")
+                await store.save_tail_positions([audit.TailRecord(
+                    workload=name, attempt=0, path=f"/o/{i}.out", source="stdout", inode=7, offset=i,
+                    lineno=1, fingerprint="f", basis="first_attempt")], at=T0)
+                await store.record_attempt(workload=name, attempt=0, at=T0, started_at=T0, state="RUNNING",
+                                           checkpoint_at=T0)
+                await store.record_attempt(workload=name, attempt=0, at=T0, nodes=[f"n{i}", "n-shared"])
+
+        await asyncio.gather(*(first_sight(i) for i in range(200)))
+        assert statements[0] <= 40  # one by one: about 8 per workload, 1,600 here
+        for i in (0, 1, 199):
+            name = f"slurm/t/{i}"
+            record = await store.get_workload(name)
+            assert record is not None
+            assert (record.job_id, record.policy, record.state, record.incarnation) == (str(i), "p", "RUNNING",
+                                                                                       f"uid-{i}")
+            assert record.first_seen == (T0 - 100 if i == 0 else T0) and record.last_seen == T0
+            nodes = ["n-old", "n0", "n-shared"] if i == 0 else [f"n{i}", "n-shared"]
+            assert await store.allocation(name) == nodes
+            [fact] = await store.attempt_facts(name)
+            assert fact.started_at == T0
+            [position] = await store.tail_positions(name)
+            assert (position.offset, position.basis, position.inode) == (i, "first_attempt", 7)
+        async with store.sql_engine.connect() as connection:
+            checkpoint = (await connection.execute(sa.select(tables.Attempt.last_checkpoint_at).where(
+                tables.Attempt.workload == "slurm/t/0"))).scalar_one()
+        assert checkpoint is not None
+        assert abs(audit.to_epoch(checkpoint.replace(tzinfo=checkpoint.tzinfo or datetime.UTC)) - (T0 + 50)) < 1e-3
     finally:
         await store.close()
