@@ -6,7 +6,8 @@ through the API, which fetches it from the kubelet's log endpoint (no kwok Logs 
 What it printed proves the limits and the uid hold inside the container (the cgroup files runc wrote,
 the process's own ids). A second pod allocates past its memory limit and is OOM-killed by the kernel
 (exit 137). A claim of the default StorageClass is served by a directory on the node, and what a pod
-writes there is read back by the next pod.
+writes there is read back by the next pod. The operator image starts as uid 10001 on a read-only
+root filesystem.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.support import kube_cluster
-from tests.support.real_node import BUSYBOX_IMAGE, STORAGE_CLASS, RealNode
+from tests.support.real_node import BUSYBOX_IMAGE, OPERATOR_IMAGE, STORAGE_CLASS, RealNode
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube_cluster, pytest.mark.real_node,
               pytest.mark.timeout(kube_cluster.BUILD_TIMEOUT_S)]
@@ -116,3 +117,24 @@ def test_the_default_storage_class_serves_claims_on_the_node(real_node: RealNode
     bound = cluster.get("pvc", "data", namespace)
     assert bound is not None and bound["status"]["phase"] == "Bound"
     assert bound["spec"]["storageClassName"] == STORAGE_CLASS
+
+
+def test_the_operator_image_starts_as_its_user_on_a_read_only_root(real_node: RealNode, namespace: str) -> None:
+    """The imported operator image (hack/build-image.sh, ``trainguard:dev``) runs under the kubelet as
+    uid 10001 with a read-only root filesystem, as the chart's securityContext asks."""
+    cluster = real_node.cluster
+    script = ("echo \"uid=$(id -u)\"; trainguard --version; "
+              "if touch /probe 2>/dev/null; then echo root-writable; else echo root-read-only; fi")
+    spec = pod("operator-image", real_node.name, script)
+    container = spec["spec"]["containers"][0]
+    container.update({"image": OPERATOR_IMAGE, "command": ["/bin/sh", "-c", script]})
+    container["securityContext"]["readOnlyRootFilesystem"] = True
+    container["resources"]["limits"]["memory"] = "256Mi"
+    spec["spec"]["securityContext"].update({"runAsUser": 10001, "runAsGroup": 10001})
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(spec))
+    done = finished(cluster, namespace, "operator-image")
+    assert done["terminated"]["exitCode"] == 0, done["terminated"]
+    lines = cluster.pod_logs(namespace, "operator-image").splitlines()
+    assert lines[0] == "uid=10001"
+    assert lines[1].startswith("trainguard ")
+    assert lines[2] == "root-read-only"
