@@ -27,7 +27,8 @@ from trainguard import health as health_mod
 from trainguard.http import api, auth
 from trainguard.http import app as http_app
 
-pytestmark = [pytest.mark.integration, pytest.mark.helm, pytest.mark.timeout(helm_support.BUILD_TIMEOUT_S)]
+pytestmark = [pytest.mark.integration, pytest.mark.helm, pytest.mark.prometheus,
+              pytest.mark.timeout(helm_support.BUILD_TIMEOUT_S)]
 
 READ = "metrics-read-token-0123456789"
 WRITE = "metrics-write-token-0123456789"
