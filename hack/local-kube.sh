@@ -14,6 +14,11 @@
 #                                        controller-manager, scheduler, kwok with fake GPU nodes
 #                                        kwok-node-1..4, JobSet and training-operator controllers
 #   hack/local-kube.sh build --cluster  build (or reuse) the simulated cluster's binaries too
+#   hack/local-kube.sh up --cluster --real-node
+#                                        also a real kubelet node real-node-1 (containerd + runc,
+#                                        pods really run; hack/lib/real-node.sh); needs root
+#   hack/local-kube.sh build --real-node  build (or reuse) the real node's kubelet and pause binary,
+#                                        install its Debian packages (for a background build in CI)
 #   hack/local-kube.sh status [--cluster]  print state; exit 0 only when the API answers (and,
 #                                        with --cluster, every simulated-cluster component)
 #   hack/local-kube.sh down [--wipe]    stop everything (no process left); --wipe also deletes the
@@ -188,6 +193,7 @@ cmd_pin() {
   [ -n "$etcd" ] || tg_die "cannot find the etcd server version k8s.io/apiserver@$stg requires"
   nice -n 10 go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$k8s" "k8s.io/kubernetes/cmd/kubectl@$k8s" \
     "k8s.io/kubernetes/cmd/kube-controller-manager@$k8s" "k8s.io/kubernetes/cmd/kube-scheduler@$k8s" \
+    "k8s.io/kubernetes/cmd/kubelet@$k8s" \
     "go.etcd.io/etcd/server/v3@$etcd" || tg_die "go get failed for Kubernetes $k8s"
   nice -n 10 go mod tidy || tg_die "go mod tidy failed for Kubernetes $k8s"
   mkdir -p "$MOD_DIR"
@@ -387,6 +393,7 @@ cmd_down() {
   exec 9>"$KUBE_DIR/.lock"
   flock -w 600 9 || tg_die "another local-kube.sh holds $KUBE_DIR/.lock"
   local f name
+  rn_down
   sim_down
   for f in "$API_PID:kube-apiserver" "$ETCD_PID:etcd"; do
     name=${f##*:}
@@ -435,19 +442,29 @@ cmd_status() {
 
 # shellcheck source=hack/lib/sim-cluster.sh
 source "$TG_REPO_ROOT/hack/lib/sim-cluster.sh"
-cluster_flag() {   # cluster_flag [--cluster]: set CLUSTER, refuse anything else
-  case "${1:-}" in
-    "") ;;
-    --cluster) CLUSTER=1 ;;
-    *) tg_die "unknown option '$1' (only --cluster)" ;;
-  esac
+# shellcheck source=hack/lib/real-node.sh
+source "$TG_REPO_ROOT/hack/lib/real-node.sh"
+REAL_NODE=0
+cluster_flag() {   # cluster_flag [--cluster] [--real-node]: set CLUSTER / REAL_NODE, refuse anything else
+  local a
+  for a in "$@"; do
+    case "$a" in
+      --cluster) CLUSTER=1 ;;
+      --real-node) REAL_NODE=1 ;;
+      *) tg_die "unknown option '$a' (only --cluster, --real-node)" ;;
+    esac
+  done
 }
 
 case "${1:-}" in
-  build) cluster_flag "${2:-}"; cmd_build; if [ $CLUSTER = 1 ]; then sim_build; fi ;;
-  up) cluster_flag "${2:-}"; cmd_up; if [ $CLUSTER = 1 ]; then sim_up; fi ;;
+  build) shift; cluster_flag "$@"
+    if [ $REAL_NODE = 1 ] && [ $CLUSTER = 0 ]; then rn_build; exit 0; fi
+    cmd_build; if [ $CLUSTER = 1 ]; then sim_build; fi; if [ $REAL_NODE = 1 ]; then rn_build; fi ;;
+  up) shift; cluster_flag "$@"
+    [ $REAL_NODE = 0 ] || [ $CLUSTER = 1 ] || tg_die "--real-node joins the simulated cluster: up --cluster --real-node"
+    cmd_up; if [ $CLUSTER = 1 ]; then sim_up; fi; if [ $REAL_NODE = 1 ]; then rn_up; fi ;;
   down) shift; cmd_down "$@" ;;
-  status) cluster_flag "${2:-}"; cmd_status ;;
+  status) shift; cluster_flag "$@"; cmd_status; if [ $REAL_NODE = 1 ]; then rn_status; fi ;;
   pin) shift; cmd_pin "$@" ;;
   -h | --help | help) usage ;;
   "") usage >&2; exit 2 ;;

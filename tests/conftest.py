@@ -16,7 +16,7 @@ import pytest
 from tests.support import workers
 
 pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.support.kube", "tests.support.kube_cluster",
-                  "tests.support.mysql",
+                  "tests.support.real_node", "tests.support.mysql",
                   "tests.support.victorialogs",
                   "tests.support.browser", "tests.support.prometheus", "tests.support.helm",
                   "tests.support.alertmanager", "tests.support.budget"]
@@ -25,7 +25,7 @@ SKIP_SWITCHES = {
     "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mysql": "TG_SKIP_MYSQL",
     "mariadb": "TG_SKIP_MYSQL",
     "victorialogs": "TG_SKIP_VLOGS", "prometheus": "TG_SKIP_PROMETHEUS", "helm": "TG_SKIP_HELM",
-    "kube_cluster": "TG_SKIP_SIM_CLUSTER", "alertmanager": "TG_SKIP_ALERTMANAGER",
+    "kube_cluster": "TG_SKIP_SIM_CLUSTER", "alertmanager": "TG_SKIP_ALERTMANAGER", "real_node": "TG_SKIP_REAL_NODE",
 }
 """Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""
 
