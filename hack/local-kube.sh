@@ -14,6 +14,9 @@
 #                                        controller-manager, scheduler, kwok with fake GPU nodes
 #                                        kwok-node-1..4, JobSet and training-operator controllers
 #   hack/local-kube.sh build --cluster  build (or reuse) the simulated cluster's binaries too
+#   hack/local-kube.sh up --cluster --slinky   also SchedMD's slurm-operator with a real Slurm 26.05
+#                                        (hack/lib/slinky.sh); writes .local/slinky/env
+#   hack/local-kube.sh build --slinky   build (or reuse) slurm-operator (pinned; Go module registry)
 #   hack/local-kube.sh status [--cluster]  print state; exit 0 only when the API answers (and,
 #                                        with --cluster, every simulated-cluster component)
 #   hack/local-kube.sh down [--wipe]    stop everything (no process left); --wipe also deletes the
@@ -387,6 +390,7 @@ cmd_down() {
   exec 9>"$KUBE_DIR/.lock"
   flock -w 600 9 || tg_die "another local-kube.sh holds $KUBE_DIR/.lock"
   local f name
+  slinky_down
   sim_down
   for f in "$API_PID:kube-apiserver" "$ETCD_PID:etcd"; do
     name=${f##*:}
@@ -425,6 +429,9 @@ cmd_status() {
     echo "api:             $SERVER not answering"
     rc=1
   fi
+  if [ "$SLINKY" = 1 ]; then
+    slinky_status || rc=1
+  fi
   if [ "$CLUSTER" = 1 ]; then
     sim_status || rc=1
   elif [ -d "$SIM_DIR" ]; then
@@ -435,19 +442,33 @@ cmd_status() {
 
 # shellcheck source=hack/lib/sim-cluster.sh
 source "$TG_REPO_ROOT/hack/lib/sim-cluster.sh"
-cluster_flag() {   # cluster_flag [--cluster]: set CLUSTER, refuse anything else
-  case "${1:-}" in
-    "") ;;
-    --cluster) CLUSTER=1 ;;
-    *) tg_die "unknown option '$1' (only --cluster)" ;;
-  esac
+# shellcheck source=hack/lib/slinky.sh
+source "$TG_REPO_ROOT/hack/lib/slinky.sh"
+SLINKY=0
+cluster_flag() {   # cluster_flag [--cluster] [--slinky]: set CLUSTER and SLINKY, refuse anything else
+  local a
+  for a in "$@"; do
+    case "$a" in
+      --cluster) CLUSTER=1 ;;
+      --slinky) SLINKY=1 ;;
+      *) tg_die "unknown option '$a' (only --cluster, --slinky)" ;;
+    esac
+  done
 }
 
 case "${1:-}" in
-  build) cluster_flag "${2:-}"; cmd_build; if [ $CLUSTER = 1 ]; then sim_build; fi ;;
-  up) cluster_flag "${2:-}"; cmd_up; if [ $CLUSTER = 1 ]; then sim_up; fi ;;
+  build)
+    shift; cluster_flag "$@"; cmd_build
+    if [ $CLUSTER = 1 ]; then sim_build; fi
+    if [ $SLINKY = 1 ]; then slinky_build; fi ;;
+  up)
+    shift; cluster_flag "$@"
+    if [ $SLINKY = 1 ] && [ $CLUSTER = 0 ]; then tg_die "--slinky needs --cluster (its NodeSet pods land on kwok nodes)"; fi
+    cmd_up
+    if [ $CLUSTER = 1 ]; then sim_up; fi
+    if [ $SLINKY = 1 ]; then slinky_up; fi ;;
   down) shift; cmd_down "$@" ;;
-  status) cluster_flag "${2:-}"; cmd_status ;;
+  status) shift; cluster_flag "$@"; cmd_status ;;
   pin) shift; cmd_pin "$@" ;;
   -h | --help | help) usage ;;
   "") usage >&2; exit 2 ;;
