@@ -212,6 +212,7 @@ slinky_up() {
   mkdir -p "$SLINKY_DIR" "$LOGS"
   chmod 755 "$SLINKY_DIR"
   slinky_slurm up || tg_die "the Slurm 26.05 cluster did not come up (hack/local-slurm.sh)"
+  trap 'stop_started_on_failure; [ "$UP_DONE" = 1 ] || slinky_slurm down >/dev/null 2>&1 || true' EXIT
   sim_kubectl apply --server-side --force-conflicts -f "$SLINKY_CACHE/crds/" >/dev/null ||
     tg_die "cannot apply the slurm-operator CRDs"
   slinky_servicemonitor_crd_yaml | sim_kubectl apply -f - >/dev/null || tg_die "cannot apply the ServiceMonitor CRD"
@@ -220,14 +221,28 @@ slinky_up() {
     crd/servicemonitors.monitoring.coreos.com >/dev/null ||
     tg_die "the slurm-operator CRDs did not become Established"
   slinky_objects_yaml | sim_kubectl apply -f - >/dev/null || tg_die "cannot apply the Slinky objects"
-  if ! ours "$SLINKY_PID" slurm-operator; then
-    for p in "$SLINKY_METRICS_PORT" "$SLINKY_HEALTH_PORT"; do
-      port_busy "$p" && tg_die "port $p (for slurm-operator) is taken by another process"
+  local attempt
+  for attempt in 1 2 3; do
+    if ! ours "$SLINKY_PID" slurm-operator; then
+      for p in "$SLINKY_METRICS_PORT" "$SLINKY_HEALTH_PORT"; do
+        port_busy "$p" && tg_die "port $p (for slurm-operator) is taken by another process"
+      done
+      start slurm-operator "$SLINKY_PID" "$LOGS/slurm-operator.log" env DEBUG=1 KUBECONFIG="$KUBECONFIG_FILE" \
+        "$BIN/slurm-operator" --metrics-addr "127.0.0.1:$SLINKY_METRICS_PORT" \
+        --health-addr "127.0.0.1:$SLINKY_HEALTH_PORT" --leader-elect=false
+    fi
+    # A slot's ports can lie in the kernel's ephemeral range, where a loopback client connection of
+    # the moment may hold one: the operator then exits at once on "address already in use".
+    for _ in $(seq 40); do
+      slinky_healthy && break 2
+      tg_alive "$SLINKY_PID" || break
+      sleep 0.5
     done
-    start slurm-operator "$SLINKY_PID" "$LOGS/slurm-operator.log" env DEBUG=1 KUBECONFIG="$KUBECONFIG_FILE" \
-      "$BIN/slurm-operator" --metrics-addr "127.0.0.1:$SLINKY_METRICS_PORT" \
-      --health-addr "127.0.0.1:$SLINKY_HEALTH_PORT" --leader-elect=false
-  fi
+    tg_alive "$SLINKY_PID" && break
+    grep -q "address already in use" "$LOGS/slurm-operator.log" || break
+    tg_log "slurm-operator could not bind its port (attempt $attempt): starting it again"
+    sleep 2
+  done
   wait_for slurm-operator "$SLINKY_PID" "$LOGS/slurm-operator.log" slinky_healthy
   wait_for "slurm-operator (NodeSet pods in their Slurm nodes' comments)" "$SLINKY_PID" \
     "$LOGS/slurm-operator.log" slinky_comments_ok
