@@ -211,6 +211,7 @@ slinky_up() {
   slinky_build
   mkdir -p "$SLINKY_DIR" "$LOGS"
   chmod 755 "$SLINKY_DIR"
+  echo "$KUBE_DIR" > "$SLINKY_DIR/kube-dir"
   slinky_slurm up || tg_die "the Slurm 26.05 cluster did not come up (hack/local-slurm.sh)"
   trap 'stop_started_on_failure; [ "$UP_DONE" = 1 ] || slinky_slurm down >/dev/null 2>&1 || true' EXIT
   sim_kubectl apply --server-side --force-conflicts -f "$SLINKY_CACHE/crds/" >/dev/null ||
@@ -252,6 +253,8 @@ slinky_up() {
 }
 
 slinky_down() {
+  # only the Slinky of this state dir: a plain API's `down` (another TG_KUBE_DIR) leaves it running
+  [ "$(cat "$SLINKY_DIR/kube-dir" 2>/dev/null)" = "$KUBE_DIR" ] || return 0
   if ours "$SLINKY_PID" slurm-operator; then
     tg_log "stopping slurm-operator (pid $(cat "$SLINKY_PID"))"
     tg_stop_pidfiles "$SLINKY_PID"
