@@ -10,12 +10,12 @@
 # Nodes node1..nodeN (partition debug) are N `slurmd -N nodeX` on 127.0.0.1, one port each.
 # The timings are tuned for tests: a requeued job runs again after ~6 s (cred_expire=5,
 # sched_interval=2), a dead slurmd is noticed after ~30 s (SlurmdTimeout=10). Also starts
-# slurmrestd on 127.0.0.1 with JWT auth. Works with Debian 12 (Slurm 22.05) and 13 (24.11).
+# slurmrestd on 127.0.0.1 with JWT auth. Works with Slurm 22.05 (Debian 12), 24.11 and 26.05 (roots).
 #
 # Settings (environment), so that several clusters can run side by side:
 #   TG_SLURM_ROOT            (unset)               run Slurm from this root instead of the host's
-#                                                  packages (hack/slurm-root.sh build makes one
-#                                                  with Slurm 24.11); see "Slurm from a root" below
+#                                                  packages (hack/slurm-root.sh build [26.05] makes
+#                                                  one with Slurm 24.11 [26.05]); see "Slurm from a root" below
 #   TG_SLURM_DIR             <repo>/.local/slurm   all state: conf, keys, spool, logs, pids, jobs/
 #                                                  (<repo>/.local/slurm-root with TG_SLURM_ROOT)
 #   TG_SLURM_NODES           4                     number of nodes (--nodes wins)

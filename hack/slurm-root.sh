@@ -9,9 +9,10 @@
 #   hack/slurm-root.sh path [VERSION]           print the default DIR of VERSION
 #   hack/slurm-root.sh remove [VERSION] [DIR]   delete DIR
 #
-# VERSION is 24.11 or 26.05 (else $TG_SLURM_VERSION, else 24.11). DIR defaults to $TG_SLURM_ROOT,
-# else /var/cache/trainguard/slurm-root-<suite>: not under root's home, which other users cannot
-# enter, because slurmrestd (it refuses to run as root) loads its plugins from DIR as user nobody.
+# VERSION is 24.11 or 26.05 (else $TG_SLURM_VERSION, else the version DIR was built with, else
+# 24.11). DIR defaults to $TG_SLURM_ROOT when no VERSION is named, else to
+# /var/cache/trainguard/slurm-root-<suite>: not under root's home, which other users cannot enter,
+# because slurmrestd (it refuses to run as root) loads its plugins from DIR as user nobody.
 # The unstable suite moves: a 26.05 build checks that the Slurm it got is 26.05 and fails if not
 # (the finished root is kept as built; `remove` then `build` takes the suite's current packages).
 #
@@ -42,7 +43,8 @@ usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
 VERSION=${TG_SLURM_VERSION:-24.11}
 cmd=${1:-}
 [ $# -gt 0 ] && shift
-if [[ ${1:-} =~ ^[0-9]+\.[0-9]+$ ]]; then VERSION=$1; shift; fi
+VERSION_GIVEN=0
+if [[ ${1:-} =~ ^[0-9]+\.[0-9]+$ ]]; then VERSION=$1; VERSION_GIVEN=1; shift; fi
 case "$VERSION" in
   24.11) SUITE=trixie ;;
   26.05) SUITE=sid ;;
@@ -128,7 +130,16 @@ slurm_version() {   # slurm_version ROOT: the Debian version of the root's slurm
   sed -n '/^Package: slurmd$/,/^$/s/^Version: //p' "$1/var/lib/dpkg/status" | head -1
 }
 
-root=${1:-${TG_SLURM_ROOT:-$DEFAULT_ROOT}}
+# a VERSION named here means its own root: never $TG_SLURM_ROOT, which may hold the other version's
+if [ "$VERSION_GIVEN" = 1 ]; then root=${1:-$DEFAULT_ROOT}; else root=${1:-${TG_SLURM_ROOT:-$DEFAULT_ROOT}}; fi
+# no VERSION named and DIR is a finished root: keep the version it was built with (a build through
+# TG_SLURM_ROOT pointing at the 26.05 root must not turn it into a 24.11 one)
+if [ "$VERSION_GIVEN" = 0 ] && [ -z "${TG_SLURM_VERSION:-}" ] && [ -s "$root/.trainguard-root" ]; then
+  case "$(sed -n 's/^suite=\([a-z]*\) .*/\1/p' "$root/.trainguard-root")" in
+    sid) VERSION=26.05 SUITE=sid ;;
+    trixie) VERSION=24.11 SUITE=trixie ;;
+  esac
+fi
 case "$cmd" in
   build) cmd_build "$root" ;;
   path) echo "$DEFAULT_ROOT" ;;
