@@ -19,6 +19,9 @@
 #                                        pods really run; hack/lib/real-node.sh); needs root
 #   hack/local-kube.sh build --real-node  build (or reuse) the real node's kubelet and pause binary,
 #                                        install its Debian packages (for a background build in CI)
+#   hack/local-kube.sh up --cluster --slinky   also SchedMD's slurm-operator with a real Slurm 26.05
+#                                        (hack/lib/slinky.sh); writes .local/slinky/env
+#   hack/local-kube.sh build --slinky   build (or reuse) slurm-operator (pinned; Go module registry)
 #   hack/local-kube.sh status [--cluster]  print state; exit 0 only when the API answers (and,
 #                                        with --cluster, every simulated-cluster component)
 #   hack/local-kube.sh down [--wipe]    stop everything (no process left); --wipe also deletes the
@@ -394,6 +397,7 @@ cmd_down() {
   flock -w 600 9 || tg_die "another local-kube.sh holds $KUBE_DIR/.lock"
   local f name
   rn_down
+  slinky_down
   sim_down
   for f in "$API_PID:kube-apiserver" "$ETCD_PID:etcd"; do
     name=${f##*:}
@@ -432,6 +436,9 @@ cmd_status() {
     echo "api:             $SERVER not answering"
     rc=1
   fi
+  if [ "$SLINKY" = 1 ]; then
+    slinky_status || rc=1
+  fi
   if [ "$CLUSTER" = 1 ]; then
     sim_status || rc=1
   elif [ -d "$SIM_DIR" ]; then
@@ -444,25 +451,36 @@ cmd_status() {
 source "$TG_REPO_ROOT/hack/lib/sim-cluster.sh"
 # shellcheck source=hack/lib/real-node.sh
 source "$TG_REPO_ROOT/hack/lib/real-node.sh"
+# shellcheck source=hack/lib/slinky.sh
+source "$TG_REPO_ROOT/hack/lib/slinky.sh"
 REAL_NODE=0
-cluster_flag() {   # cluster_flag [--cluster] [--real-node]: set CLUSTER / REAL_NODE, refuse anything else
+SLINKY=0
+cluster_flag() {   # cluster_flag [--cluster] [--real-node] [--slinky]: set CLUSTER / REAL_NODE / SLINKY, refuse anything else
   local a
   for a in "$@"; do
     case "$a" in
       --cluster) CLUSTER=1 ;;
       --real-node) REAL_NODE=1 ;;
-      *) tg_die "unknown option '$a' (only --cluster, --real-node)" ;;
+      --slinky) SLINKY=1 ;;
+      *) tg_die "unknown option '$a' (only --cluster, --real-node, --slinky)" ;;
     esac
   done
 }
 
 case "${1:-}" in
   build) shift; cluster_flag "$@"
-    if [ $REAL_NODE = 1 ] && [ $CLUSTER = 0 ]; then rn_build; exit 0; fi
-    cmd_build; if [ $CLUSTER = 1 ]; then sim_build; fi; if [ $REAL_NODE = 1 ]; then rn_build; fi ;;
+    if [ $REAL_NODE = 1 ] && [ $CLUSTER = 0 ] && [ $SLINKY = 0 ]; then rn_build; exit 0; fi
+    cmd_build
+    if [ $CLUSTER = 1 ]; then sim_build; fi
+    if [ $REAL_NODE = 1 ]; then rn_build; fi
+    if [ $SLINKY = 1 ]; then slinky_build; fi ;;
   up) shift; cluster_flag "$@"
     [ $REAL_NODE = 0 ] || [ $CLUSTER = 1 ] || tg_die "--real-node joins the simulated cluster: up --cluster --real-node"
-    cmd_up; if [ $CLUSTER = 1 ]; then sim_up; fi; if [ $REAL_NODE = 1 ]; then rn_up; fi ;;
+    [ $SLINKY = 0 ] || [ $CLUSTER = 1 ] || tg_die "--slinky needs --cluster (its NodeSet pods land on kwok nodes)"
+    cmd_up
+    if [ $CLUSTER = 1 ]; then sim_up; fi
+    if [ $REAL_NODE = 1 ]; then rn_up; fi
+    if [ $SLINKY = 1 ]; then slinky_up; fi ;;
   down) shift; cmd_down "$@" ;;
   status) shift; cluster_flag "$@"; cmd_status; if [ $REAL_NODE = 1 ]; then rn_status; fi ;;
   pin) shift; cmd_pin "$@" ;;

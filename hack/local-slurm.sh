@@ -10,12 +10,12 @@
 # Nodes node1..nodeN (partition debug) are N `slurmd -N nodeX` on 127.0.0.1, one port each.
 # The timings are tuned for tests: a requeued job runs again after ~6 s (cred_expire=5,
 # sched_interval=2), a dead slurmd is noticed after ~30 s (SlurmdTimeout=10). Also starts
-# slurmrestd on 127.0.0.1 with JWT auth. Works with Debian 12 (Slurm 22.05) and 13 (24.11).
+# slurmrestd on 127.0.0.1 with JWT auth. Works with Slurm 22.05 (Debian 12), 24.11 and 26.05 (roots).
 #
 # Settings (environment), so that several clusters can run side by side:
 #   TG_SLURM_ROOT            (unset)               run Slurm from this root instead of the host's
-#                                                  packages (hack/slurm-root.sh build makes one
-#                                                  with Slurm 24.11); see "Slurm from a root" below
+#                                                  packages (hack/slurm-root.sh build [26.05] makes
+#                                                  one with Slurm 24.11 [26.05]); see "Slurm from a root" below
 #   TG_SLURM_DIR             <repo>/.local/slurm   all state: conf, keys, spool, logs, pids, jobs/
 #                                                  (<repo>/.local/slurm-root with TG_SLURM_ROOT)
 #   TG_SLURM_NODES           4                     number of nodes (--nodes wins)
@@ -26,6 +26,11 @@
 #   TG_SLURM_JOB_REQUEUE     1                     slurm.conf JobRequeue (0: a cluster the loop
 #                                                  cannot requeue on, for `trainguard doctor` tests)
 #   TG_SLURM_CONF_EXTRA      (unset)               lines appended to slurm.conf (same purpose)
+#   TG_SLURM_NODE_PREFIX     node                  node names PREFIX<i> ...
+#   TG_SLURM_NODE_FIRST      1                     ... for i = FIRST .. FIRST+N-1 (slinky-0..2 for
+#                                                  slurm-operator's NodeSet pods: hack/lib/slinky.sh)
+#   TG_SLURM_USER            root                  slurm.conf SlurmUser (slurm-operator's JWT names
+#                                                  user slurm, which must be privileged: SlurmUser=slurm)
 #
 # After `up`:  source .local/slurm/env; sinfo
 #   (exports SLURM_CONF, SLURMRESTD_URL, SLURM_JWT, SLURM_API_VERSION, SLURM_VERSION, TG_SLURM_NODES)
@@ -47,6 +52,9 @@ ROOT=${TG_SLURM_ROOT:-}
 # a cluster from a root has its own state: slurmctld cannot read state written by a newer Slurm
 B=${TG_SLURM_DIR:-$TG_REPO_ROOT/.local/slurm${ROOT:+-root}}
 NODES=${TG_SLURM_NODES:-4}
+NODE_PREFIX=${TG_SLURM_NODE_PREFIX:-node}
+NODE_FIRST=${TG_SLURM_NODE_FIRST:-1}
+SLURM_USER=${TG_SLURM_USER:-root}
 CTLD_PORT=${TG_SLURM_CTLD_PORT:-16817}
 NODE_PORT_BASE=${TG_SLURM_NODE_PORT_BASE:-17000}
 REST_PORT=${TG_SLURM_REST_PORT:-16820}
@@ -58,7 +66,9 @@ CONF=$B/etc/slurm.conf
 ENV_FILE=$B/env
 export SLURM_CONF=$CONF
 
-for v in CTLD_PORT NODE_PORT_BASE REST_PORT CPUS MEM JOB_REQUEUE; do
+[[ "$NODE_PREFIX" =~ ^[a-z][a-z0-9-]*$ ]] || tg_die "TG_SLURM_NODE_PREFIX must be a DNS label prefix, got '$NODE_PREFIX'"
+[[ "$SLURM_USER" =~ ^[a-z_][a-z0-9_-]*$ ]] || tg_die "TG_SLURM_USER must be a user name, got '$SLURM_USER'"
+for v in CTLD_PORT NODE_PORT_BASE REST_PORT CPUS MEM JOB_REQUEUE NODE_FIRST; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || tg_die "TG_SLURM_$v must be a number, got '${!v}'"
 done
 
@@ -97,6 +107,11 @@ if [ -n "$ROOT" ]; then
 fi
 
 # ------------------------------------------------------------------ helpers
+node_names() {   # node_names [N]: the names of the cluster's N (default $NODES) nodes, one a line
+  local i
+  for i in $(seq "$NODE_FIRST" $((NODE_FIRST + ${1:-$NODES} - 1))); do echo "$NODE_PREFIX$i"; done
+}
+
 version_ge() {   # version_ge A B: A >= B (dotted)
   [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$2" ]
 }
@@ -193,7 +208,7 @@ ClusterName=trainguard
 # localhost alone hangs every client where "localhost" does not resolve
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
-SlurmUser=root
+SlurmUser=$SLURM_USER
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
@@ -231,7 +246,7 @@ KillWait=5
 InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=10
-NodeName=node[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((NODE_PORT_BASE + 1))-$((NODE_PORT_BASE + NODES))] CPUs=$CPUS RealMemory=$MEM State=UNKNOWN
+NodeName=$NODE_PREFIX[$NODE_FIRST-$((NODE_FIRST + NODES - 1))] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((NODE_PORT_BASE + 1))-$((NODE_PORT_BASE + NODES))] CPUs=$CPUS RealMemory=$MEM State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
   if [ -n "${TG_SLURM_CONF_EXTRA:-}" ]; then printf '%s\n' "$TG_SLURM_CONF_EXTRA" >> "$tmp"; fi
@@ -286,13 +301,13 @@ start_slurmctld() {
 }
 
 start_slurmds() {
-  local i started=()
-  for i in $(seq 1 "$NODES"); do
-    tg_alive "$B/run/slurmd-node$i.pid" && continue
-    mkdir -p "$B/spool/node$i"
-    slurmd -f "$CONF" -N "node$i" "${STEPD_ARGS[@]}" </dev/null >>"$B/log/slurmd-node$i.stderr" 2>&1 9>&- ||
-      tg_die "slurmd for node$i did not start" "$B/log/slurmd-node$i.stderr" "$B/log/slurmd-node$i.log"
-    started+=("node$i")
+  local i n started=()
+  for n in $(node_names); do
+    tg_alive "$B/run/slurmd-$n.pid" && continue
+    mkdir -p "$B/spool/$n"
+    slurmd -f "$CONF" -N "$n" "${STEPD_ARGS[@]}" </dev/null >>"$B/log/slurmd-$n.stderr" 2>&1 9>&- ||
+      tg_die "slurmd for $n did not start" "$B/log/slurmd-$n.stderr" "$B/log/slurmd-$n.log"
+    started+=("$n")
   done
   [ ${#started[@]} -gt 0 ] && tg_log "started slurmd for ${started[*]}"
   # ready: every node answers (no '*'), none unknown or down
@@ -320,8 +335,10 @@ start_slurmrestd() {
     specs=openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36
   fi
   if ! tg_alive "$B/run/slurmrestd.pid"; then
+    # by number: Slurm 26.05's slurmrestd cannot resolve a user name at that point ("Unable to
+    # resolve user: nobody"; it does not even read /etc/passwd)
     (cd / && SLURM_JWT=daemon exec setsid slurmrestd -f "$CONF" -a rest_auth/jwt -s "$specs" \
-      -u nobody -g nogroup "127.0.0.1:$REST_PORT") </dev/null >>"$B/log/slurmrestd.log" 2>&1 9>&- &
+      -u "$(id -u nobody)" -g "$(id -g nobody)" "127.0.0.1:$REST_PORT") </dev/null >>"$B/log/slurmrestd.log" 2>&1 9>&- &
     echo $! > "$B/run/slurmrestd.pid"
   fi
   for _ in $(seq 100); do
@@ -361,6 +378,9 @@ cmd_up() {
   chmod 1777 "$B/jobs"
   [ -s "$B/munge/munge.key" ] || { head -c 1024 /dev/urandom > "$B/munge/munge.key"; chmod 400 "$B/munge/munge.key"; }
   [ -s "$B/etc/jwt_hs256.key" ] || { head -c 32 /dev/urandom > "$B/etc/jwt_hs256.key"; chmod 600 "$B/etc/jwt_hs256.key"; }
+  # slurmctld runs as SlurmUser: its state, logs, pid file and JWT key are that user's
+  id -u "$SLURM_USER" >/dev/null 2>&1 || tg_die "TG_SLURM_USER=$SLURM_USER: no such user"
+  chown "$SLURM_USER" "$B/state" "$B/log" "$B/run" "$B/etc/jwt_hs256.key"
 
   local changed
   changed=$(write_conf "$ver")
@@ -399,6 +419,7 @@ cmd_up() {
     echo "export SLURM_JWT=$token"
     echo "export TG_SLURM_DIR=$B"
     echo "export TG_SLURM_NODES=$NODES"
+    echo "export TG_SLURM_NODE_NAMES=\"$(node_names | tr '\n' ' ' | sed 's/ $//')\""
     echo "export TG_SLURM_JOBS_DIR=$B/jobs"
     if [ -n "$ROOT" ]; then
       echo "# Slurm from $ROOT: its commands (wrappers in $BIN) come first on PATH"
@@ -420,7 +441,10 @@ cmd_status() {
     nodes=$(sed -n 's/^export TG_SLURM_NODES=//p' "$ENV_FILE")
   fi
   local expected=("$B/run/munged.pid" "$B/run/slurmctld.pid" "$B/run/slurmrestd.pid")
-  for i in $(seq 1 "${nodes:-0}"); do expected+=("$B/run/slurmd-node$i.pid"); done
+  local names
+  names=$(sed -n 's/^export TG_SLURM_NODE_NAMES="\(.*\)"$/\1/p' "$ENV_FILE" 2>/dev/null || true)
+  [ -n "$names" ] || names=$(node_names "${nodes:-0}")
+  for i in $names; do expected+=("$B/run/slurmd-$i.pid"); done
   for f in "${expected[@]}"; do
     name=$(basename "$f" .pid)
     if tg_alive "$f"; then

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# hack/slurm-root.sh: a Debian 13 (trixie) file tree with Slurm 24.11, so the local cluster and
-# the tests can run a newer Slurm than this machine's own packages (Debian 12 ships 22.05).
+# hack/slurm-root.sh: a Debian file tree with a newer Slurm than this machine's own packages
+# (Debian 12 ships 22.05), so the local cluster and the tests can run it:
+#   24.11 (the default): Debian 13 (trixie); slurmrestd v0.0.40-v0.0.42
+#   26.05: Debian's unstable suite (sid); slurmrestd v0.0.42-v0.0.45, the v0.0.44 that SchedMD's
+#          slurm-operator v1.x speaks (hack/local-kube.sh up --cluster --slinky)
 #
-#   hack/slurm-root.sh build [DIR]    debootstrap + Slurm packages into DIR (cached; idempotent)
-#   hack/slurm-root.sh path           print the default DIR
-#   hack/slurm-root.sh remove [DIR]   delete DIR
+#   hack/slurm-root.sh build [VERSION] [DIR]    debootstrap + Slurm packages into DIR (cached; idempotent)
+#   hack/slurm-root.sh path [VERSION]           print the default DIR of VERSION
+#   hack/slurm-root.sh remove [VERSION] [DIR]   delete DIR
 #
-# DIR defaults to $TG_SLURM_ROOT, else /var/cache/trainguard/slurm-root-trixie: not under root's
-# home, which other users cannot enter, because slurmrestd (it refuses to run as root) loads its
-# plugins from DIR as user nobody.
+# VERSION is 24.11 or 26.05 (else $TG_SLURM_VERSION, else the version DIR was built with, else
+# 24.11). DIR defaults to $TG_SLURM_ROOT when no VERSION is named, else to
+# /var/cache/trainguard/slurm-root-<suite>: not under root's home, which other users cannot enter,
+# because slurmrestd (it refuses to run as root) loads its plugins from DIR as user nobody.
+# The unstable suite moves: a 26.05 build checks that the Slurm it got is 26.05 and fails if not
+# (the finished root is kept as built; `remove` then `build` takes the suite's current packages).
 #
 # The root is never entered with chroot and nothing is mounted into it: its Slurm and munge
 # programs run on this host (hack/local-slurm.sh with TG_SLURM_ROOT=DIR links them into the
@@ -21,6 +27,7 @@
 # slurmctld. Not LD_LIBRARY_PATH: the daemons pass their environment to the host programs they
 # start (TaskProlog), which Debian 13's libc would break. So the root belongs where it was built
 # and is rebuilt if moved (the path is part of its stamp).
+# (Below, "24.11" and "Debian 13" read as the chosen VERSION and its suite.)
 #
 # The Debian mirror is the one this machine's apt already uses (read from /etc/apt at run time),
 # or TG_DEBIAN_MIRROR. Needs root and debootstrap (installed when missing). A build that fails or
@@ -32,7 +39,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
-SUITE=trixie
+# VERSION: the first argument after the command when it looks like one
+VERSION=${TG_SLURM_VERSION:-24.11}
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+VERSION_GIVEN=0
+if [[ ${1:-} =~ ^[0-9]+\.[0-9]+$ ]]; then VERSION=$1; VERSION_GIVEN=1; shift; fi
+case "$VERSION" in
+  24.11) SUITE=trixie ;;
+  26.05) SUITE=sid ;;
+  *) tg_die "no Slurm root recipe for version $VERSION (known: 24.11, 26.05)" ;;
+esac
 PACKAGES=(slurmctld slurmd slurm-client slurmrestd munge slurm-wlm-jwt-plugin)
 DAEMONS=(slurmctld slurmd slurmstepd slurmrestd munged)
 COMMANDS=(scontrol squeue sbatch srun scancel sinfo salloc sattach sbcast sacct sprio sshare sstat sdiag strigger
@@ -98,6 +115,10 @@ cmd_build() {
     patchelf --set-interpreter "$root${loader#"$partial"}" --force-rpath \
       --set-rpath "$root${libdir#"$partial"}/slurm-wlm:$root${libdir#"$partial"}" "$f" || tg_die "patchelf $f failed"
   done
+  case "$(slurm_version "$partial")" in
+    "$VERSION".*) ;;
+    *) tg_die "the $SUITE suite gave Slurm $(slurm_version "$partial"), not $VERSION (left in $partial)" ;;
+  esac
   rm -rf "$root.partial/var/cache/apt/archives/"*.deb
   stamp_text "$root" > "$root.partial/.trainguard-root"
   safe_remove "$root"
@@ -109,9 +130,16 @@ slurm_version() {   # slurm_version ROOT: the Debian version of the root's slurm
   sed -n '/^Package: slurmd$/,/^$/s/^Version: //p' "$1/var/lib/dpkg/status" | head -1
 }
 
-cmd=${1:-}
-[ $# -gt 0 ] && shift
-root=${1:-${TG_SLURM_ROOT:-$DEFAULT_ROOT}}
+# a VERSION named here means its own root: never $TG_SLURM_ROOT, which may hold the other version's
+if [ "$VERSION_GIVEN" = 1 ]; then root=${1:-$DEFAULT_ROOT}; else root=${1:-${TG_SLURM_ROOT:-$DEFAULT_ROOT}}; fi
+# no VERSION named and DIR is a finished root: keep the version it was built with (a build through
+# TG_SLURM_ROOT pointing at the 26.05 root must not turn it into a 24.11 one)
+if [ "$VERSION_GIVEN" = 0 ] && [ -z "${TG_SLURM_VERSION:-}" ] && [ -s "$root/.trainguard-root" ]; then
+  case "$(sed -n 's/^suite=\([a-z]*\) .*/\1/p' "$root/.trainguard-root")" in
+    sid) VERSION=26.05 SUITE=sid ;;
+    trixie) VERSION=24.11 SUITE=trixie ;;
+  esac
+fi
 case "$cmd" in
   build) cmd_build "$root" ;;
   path) echo "$DEFAULT_ROOT" ;;

@@ -20,7 +20,7 @@
 # Environment: TG_SLURM_ROOT=DIR runs the Slurm tiers against the Slurm of a root made by
 # hack/slurm-root.sh (Slurm 24.11; see hack/local-slurm.sh);
 # TG_SKIP_SLURM=1 / TG_SKIP_POSTGRES=1 / TG_SKIP_MYSQL=1 / TG_SKIP_KUBE=1 / TG_SKIP_VLOGS=1 / TG_SKIP_PROMETHEUS=1 / TG_SKIP_ALERTMANAGER=1 / TG_SKIP_IMAGE=1 / TG_SKIP_HELM=1 skip those
-# tiers (TG_SKIP_SIM_CLUSTER=1 only the simulated-cluster tests); TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
+# tiers (TG_SKIP_SIM_CLUSTER=1 only the simulated-cluster tests; TG_SKIP_REAL_NODE=1 / TG_SKIP_SLINKY=1 the real-node and slurm-operator tests); TG_KEEP_CLUSTER=1 keeps services running afterwards; TG_REINSTALL=1 forces the pip install; TG_SKIP_LINT=1 skips the
 # gates (for quick local loops only; CI never sets it). TG_TEST_WORKERS=N (default 2) runs pytest in N
 # pytest-xdist workers, each with its own services; TG_TEST_SLOT=S shifts every worker's services
 # to slots S, S+1, ... (another run beside this one: tests/support/workers.py).
@@ -80,9 +80,13 @@ bg_pending_marks() {   # PENDING = the markers of the builds still running, join
 # scheduler, kwok, JobSet, training-operator): about 10 minutes cold on 2 cores.
 if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
   if [ "${TG_SKIP_SIM_CLUSTER:-0}" != 1 ]; then
-    bg_build "hack/local-kube.sh build --cluster" "kube or kube_cluster" \
+    # ... and, as root, the real node's kubelet and pause binary and its Debian packages (containerd,
+    # runc, CNI plugins: tests marked real_node; TG_SKIP_REAL_NODE=1 skips them)
+    sim_flags=(--cluster)
+    [ "$(id -u)" != 0 ] || [ "${TG_SKIP_REAL_NODE:-0}" = 1 ] || sim_flags+=(--real-node)
+    bg_build "hack/local-kube.sh build ${sim_flags[*]}" "kube or kube_cluster or real_node" \
       "building the simulated cluster failed (TG_SKIP_SIM_CLUSTER=1 skips those tests)" \
-      "$TG_REPO_ROOT/.local/sim-cluster-build.log" hack/local-kube.sh build --cluster
+      "$TG_REPO_ROOT/.local/sim-cluster-build.log" hack/local-kube.sh build "${sim_flags[@]}"
   else
     bg_build "hack/local-kube.sh build" "kube" \
       "building the local Kubernetes API failed (TG_SKIP_KUBE=1 skips those tests)" \
@@ -120,7 +124,7 @@ tg_ensure_venv "$VENV"
 # the venv exists (its pip fetches the locked wheels). Needs root: without it, or with
 # TG_SKIP_IMAGE=1, the image tests skip.
 if [ "${TG_SKIP_IMAGE:-0}" != 1 ] && [ "$(id -u)" = 0 ]; then
-  bg_build "hack/build-image.sh build" "image" "building the container image failed (TG_SKIP_IMAGE=1 skips those tests)" \
+  bg_build "hack/build-image.sh build" "image or real_node" "building the container image failed (TG_SKIP_IMAGE=1 skips those tests)" \
     "$TG_REPO_ROOT/.local/image-build.log" hack/build-image.sh build
 fi
 

@@ -19,13 +19,14 @@ pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.suppor
                   "tests.support.real_node", "tests.support.mysql",
                   "tests.support.victorialogs",
                   "tests.support.browser", "tests.support.prometheus", "tests.support.helm",
-                  "tests.support.alertmanager", "tests.support.budget"]
+                  "tests.support.alertmanager", "tests.support.budget", "tests.support.slinky"]
 
 SKIP_SWITCHES = {
     "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mysql": "TG_SKIP_MYSQL",
     "mariadb": "TG_SKIP_MYSQL",
     "victorialogs": "TG_SKIP_VLOGS", "prometheus": "TG_SKIP_PROMETHEUS", "helm": "TG_SKIP_HELM",
     "kube_cluster": "TG_SKIP_SIM_CLUSTER", "alertmanager": "TG_SKIP_ALERTMANAGER", "real_node": "TG_SKIP_REAL_NODE",
+    "slinky": "TG_SKIP_SLINKY",
 }
 """Marker name -> environment variable that, set to 1, skips the tests carrying the marker."""
 

@@ -92,6 +92,15 @@ class SlurmCluster:
     submitted: list[str] = dataclasses.field(default_factory=list)
 
     @property
+    def spoken_api_version(self) -> str:
+        """The slurmrestd API version our adapter uses here: the server's newest, up to the newest it
+        parses (26.05 also offers v0.0.45; we, like slurm-operator v1.x, speak v0.0.44 there)."""
+        from trainguard.schedulers import slurm_rest
+
+        newest = int(self.api_version.rsplit(".", 1)[1])
+        return f"v0.0.{min(newest, slurm_rest.SUPPORTED_MINORS[-1])}"
+
+    @property
     def client_env(self) -> dict[str, str]:
         """What a scheduler adapter needs to address this cluster: ``SLURM_CONF``, and ``PATH``
         when the cluster runs from a root (``TG_SLURM_ROOT``), whose client commands must be used."""

@@ -45,7 +45,7 @@ def _directories(env: MutableMapping[str, str]) -> dict[str, Path]:
         "TG_SLURM_DIR": local / ("slurm-root" if env.get("TG_SLURM_ROOT") else "slurm"),
         "TG_PG_DIR": local / "postgres", "TG_MYSQL_DIR": local / "mysql",
         "TG_KUBE_DIR": local / "kube", "TG_SIM_KUBE_DIR": local / "kube-sim",
-        "TG_AM_DIR": local / "alertmanager",
+        "TG_AM_DIR": local / "alertmanager", "TG_SLINKY_DIR": local / "slinky",
     }
 
 

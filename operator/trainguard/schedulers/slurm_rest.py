@@ -14,6 +14,7 @@ naming the version; each delegated call is logged with the transport that perfor
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import re
@@ -27,13 +28,42 @@ from trainguard.schedulers import base, slurm_cli, slurm_commands, tokens
 logger = logging.getLogger(__name__)
 
 SUPPORTED_MINORS = range(38, 45)
-"""data_parser versions v0.0.38 (22.05) .. v0.0.44 (25.05) whose JSON shapes we parse."""
+"""data_parser versions v0.0.38 (22.05) .. v0.0.44 (25.11; also served by 26.05, the version
+SchedMD's slurm-operator v1.x speaks) whose JSON shapes we parse."""
 
 _VERSION_RE = re.compile(r"/slurm/v0\.0\.(\d+)/")
 
 TOKEN_REJECTED = frozenset({401, 403, 511})
 """HTTP statuses of a rejected JWT: 401/403 from proxies and older servers; slurmrestd 24.11 answers
 an invalid token with 511 ("Protocol authentication error")."""
+
+
+_AFTER_CLOSE_RE = re.compile(r"b(['\"].*['\"])\s*\^?\s*$", re.DOTALL)
+_SECOND_STATUS_RE = re.compile(rb"HTTP/1\.[01] (\d{3})\b")
+
+
+def _answer_before_close(exc: aiohttp.ClientResponseError) -> tuple[int, str] | None:
+    """(status, body) of an error answer followed by a second one, else None.
+
+    slurmrestd 26.05 answers an error (a rejected JWT: 511; an unknown job: 404; ...) with its JSON
+    ``errors``, then writes a second, plain-text answer with the same status on the same
+    ``Connection: close`` connection. aiohttp refuses that as a protocol error ("Data after
+    `Connection: close`", status 400) and keeps the bytes it read in the message: the JSON body and
+    the second status line. Those are the answer; anything else stays a failed request."""
+    text = str(exc.message)
+    if not text.startswith("Data after `Connection: close`"):
+        return None
+    found = _AFTER_CLOSE_RE.search(text)
+    if found is None:
+        return None
+    try:
+        data = ast.literal_eval("b" + found.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    second = _SECOND_STATUS_RE.search(data) if isinstance(data, bytes) else None
+    if second is None:
+        return None
+    return int(second.group(1)), data[:second.start()].decode("utf-8", "replace")
 
 
 class SlurmRest:
@@ -90,6 +120,11 @@ class SlurmRest:
         except TimeoutError as exc:
             raise base.SchedulerError(f"{self.name}: {method} {url}: no answer within "
                                       f"{self._timeout.total:g} s") from exc
+        except aiohttp.ClientResponseError as exc:
+            recovered = _answer_before_close(exc)
+            if recovered is None:
+                raise base.SchedulerError(f"{self.name}: {method} {path} failed: {exc or type(exc).__name__}") from exc
+            status, text = recovered
         except aiohttp.ClientError as exc:
             raise base.SchedulerError(f"{self.name}: {method} {path} failed: {exc or type(exc).__name__}") from exc
         if status in TOKEN_REJECTED:

@@ -50,7 +50,7 @@ def test_good_slurm_rest_setup_reports_version_and_token(slurm_cluster: slurm.Sl
     assert run.code == 0, run.checks
     rest = run.check("slurmrestd")
     assert rest["status"] == "ok"
-    assert slurm_cluster.version in rest["message"] and slurm_cluster.api_version in rest["message"]
+    assert slurm_cluster.version in rest["message"] and slurm_cluster.spoken_api_version in rest["message"]
     # read through the CLI fallback: slurmrestd does not show slurmctld's configuration
     assert run.status("slurm.JobRequeue") == "ok"
 

@@ -55,7 +55,8 @@ async def test_a_rejected_token_names_the_http_status(slurm_cluster: slurm.Slurm
         # error", the same as other failures: the message says what it looks like.
         assert "HTTP 500" in message and "invalid or expired JWT" in message, message
         return
-    # 24.11 (TG_SLURM_ROOT, the CI's second tier): HTTP 511 "Protocol authentication error".
+    # 24.11 (TG_SLURM_ROOT, the CI's second tier): HTTP 511 "Protocol authentication error"; 26.05 the
+    # same, followed by a second HTTP 511 answer on the closed connection (read as the rejection too).
     assert "token rejected with HTTP" in message, message
     assert any(f"HTTP {status} by {slurm_cluster.rest_url}" in message for status in slurm_rest.TOKEN_REJECTED), \
         message

@@ -23,7 +23,7 @@ def rest(cluster: slurm.SlurmCluster, **kw: object) -> slurm_rest.SlurmRest:
 async def test_detects_the_servers_api_version(slurm_cluster: slurm.SlurmCluster) -> None:
     s = rest(slurm_cluster)
     try:
-        assert await s.api_version() == slurm_cluster.api_version
+        assert await s.api_version() == slurm_cluster.spoken_api_version
     finally:
         await s.close()
 
@@ -31,7 +31,7 @@ async def test_detects_the_servers_api_version(slurm_cluster: slurm.SlurmCluster
 async def test_requeue_without_fallback_is_unsupported(slurm_cluster: slurm.SlurmCluster) -> None:
     s = rest(slurm_cluster)
     try:
-        with pytest.raises(base.Unsupported, match=slurm_cluster.api_version):
+        with pytest.raises(base.Unsupported, match=slurm_cluster.spoken_api_version):
             await s.requeue("1")
     finally:
         await s.close()
