@@ -3,7 +3,8 @@
 #
 #   hack/demo.sh [--keep] [--nodes N]
 #
-# 1. creates .venv if missing and installs trainguard with the training workload ('.[workloads]');
+# 1. creates .venv if missing and installs trainguard, and the training workload's torch and numpy
+#    from a per-machine cache (~/.cache/trainguard/workloads; hack/lib/common.sh tg_workloads_site);
 # 2. brings up the local Slurm cluster (hack/local-slurm.sh up), or reuses a running one;
 # 3. starts `trainguard run --scheduler slurm-local --mode action --policy examples/recoverypolicy-demo.yaml`
 #    (two keys: the switch and the demo's own Action-mode policy `demo`; the built-in default policy
@@ -69,11 +70,13 @@ say() { printf '%s  %s\n' "$(date +%T)" "$*"; }
 
 # ------------------------------------------------------------------ 1. virtualenv
 tg_ensure_venv "$VENV"
-if [ ! -x "$TG" ] || ! "$PY" -c 'import torch, trainguard' 2>/dev/null; then
-  tg_log "installing trainguard with the training workload into $VENV (torch: this takes a while once)"
-  "$PY" -m pip install -q --disable-pip-version-check -e '.[workloads]' ||
-    tg_die "pip install -e '.[workloads]' failed"
+if [ ! -x "$TG" ] || ! "$PY" -c 'import trainguard' 2>/dev/null; then
+  tg_log "installing trainguard into $VENV"
+  "$PY" -m pip install -q --disable-pip-version-check -e . || tg_die "pip install -e . failed"
 fi
+# the training workload's torch and numpy: from the per-machine cache hack/test.sh uses too
+# (~/.cache/trainguard/workloads, on the venv's path; a large download the first time only)
+tg_workloads_site "$VENV"
 
 # ------------------------------------------------------------------ cleanup, whatever happens
 STARTED_CLUSTER=0
