@@ -272,6 +272,9 @@ staticPodPath: ""
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 registerNode: true
+# Only pods that ask for this node land on it (a toleration): a pod of any other test, with no
+# image here to pull and no network to pull it from, would wait in ImagePullBackOff.
+registerWithTaints: [{key: trainguard.dev/real-node, value: "true", effect: NoSchedule}]
 maxPods: 30
 EOF
 }
@@ -371,6 +374,9 @@ rn_up() {
     sleep 0.5
   done
   sim_kubectl label node "$RN_NAME" --overwrite trainguard.dev/real-node=true >/dev/null
+  # the taint again: registerWithTaints applies only when the kubelet creates the Node object
+  sim_kubectl taint node "$RN_NAME" --overwrite trainguard.dev/real-node=true:NoSchedule >/dev/null ||
+    tg_die "cannot taint $RN_NAME"
   rn_storage_yaml | sim_kubectl apply -f - >/dev/null || tg_die "cannot create the StorageClass"
   start provisioner "$(rn_pidfile provisioner)" "$LOGS/real-node-provisioner.log" \
     python3 "$RN_LIB/provisioner.py" "$KUBECONFIG_FILE" "$BIN/kubectl" "$RN_NAME" "$RN_DIR/volumes"

@@ -117,7 +117,7 @@ class FakeScheduler:
     async def requeue(self, job_id: str) -> None:
         self._requeue("requeue", job_id, hold=False)
 
-    async def requeue_hold(self, job_id: str) -> None:
+    async def requeue_hold(self, job_id: str, *, attempt: int | None = None) -> None:
         self._requeue("requeue_hold", job_id, hold=True)
 
     async def hold(self, job_id: str) -> None:

@@ -298,10 +298,12 @@ class SimCluster:
             args += ["-c", container]
         return self.kubectl(*args)
 
-    def fail_pod(self, namespace: str, pod: str, exit_code: int = 1, reason: str = "Error", message: str = "") -> None:
+    def fail_pod(self, namespace: str, pod: str, exit_code: int = 1, reason: str = "Error", message: str = "",
+                 uid: str | None = None) -> None:
         """Make the pod's containers terminate with this exit code, reason and message
-        (kwok's pod-container-running-failed stage: annotations, then its label)."""
-        patch = {
+        (kwok's pod-container-running-failed stage: annotations, then its label). ``uid``: only that
+        pod, not one re-created under its name since (the apiserver refuses a patch naming another uid)."""
+        patch: dict[str, Any] = {
             "metadata": {
                 "annotations": {
                     f"{FAIL_LABEL}/exit-code": str(exit_code),
@@ -313,6 +315,8 @@ class SimCluster:
                 "labels": {FAIL_LABEL: "true"},
             }
         }
+        if uid is not None:
+            patch["metadata"]["uid"] = uid
         self.kubectl("patch", "pod", pod, "-n", namespace, "--type=merge", "-p", json.dumps(patch))
 
     def complete_pod(self, namespace: str, pod: str) -> None:

@@ -24,6 +24,8 @@ BUSYBOX_IMAGE = "localhost/trainguard-busybox:1"
 """A one-layer image of Debian's static busybox (sh, echo, cat, id, sleep, head, tail, ...)."""
 OPERATOR_IMAGE = "trainguard:dev"
 STORAGE_CLASS = "real-node-local"
+REAL_NODE_TAINT = "trainguard.dev/real-node"
+"""The node's NoSchedule taint (hack/lib/real-node.sh): only pods tolerating it land there."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -98,7 +98,7 @@ class Step:
             case actions.Operation.REQUEUE:
                 await scheduler.requeue(self.job_id)
             case actions.Operation.REQUEUE_HOLD:
-                await scheduler.requeue_hold(self.job_id)
+                await scheduler.requeue_hold(self.job_id, attempt=self.baseline_attempt)
             case actions.Operation.EXCLUDE_NODES:
                 await scheduler.exclude_nodes(self.job_id, list(self.nodes))
             case actions.Operation.RELEASE:

@@ -52,8 +52,7 @@ RELEASE_STEP = "watchdog_release"
 
 LEAVE_STEP = "watchdog_leave_hold"
 """Action row key (a skipped release) recording that the watchdog left a person's hold alone."""
-HOLD_SEEN = "hold_seen"
-"""Argument of our hold rows: the job's hold as the scheduler showed it right after we placed it."""
+HOLD_SEEN = actions.HOLD_SEEN
 LEFT_ALONE = "left alone: a person holds the job"
 """Error text (prefix) of a release row we did not carry out because the hold is no longer ours."""
 

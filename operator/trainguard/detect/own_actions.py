@@ -18,12 +18,19 @@ The rule, kept narrow so that a real failure is never explained away:
   during the teardown;
 * its initiating line was read after we began that operation (same clock, the engine's).
 
-One exception to "this very attempt": Slurm's own requeue teardown line (``... CANCELLED AT ...
-DUE TO JOB REQUEUE ***``) can reach the file after the engine last looked at it while the job was
-pending and before the next attempt started, so it is read as the *next* attempt's first line.
-That line names the requeue itself, so it is our effect when we requeued the previous attempt.
+Two exceptions to "this very attempt", for teardown read as the *next* attempt's:
 
-Pure: the caller passes the action rows.
+* Slurm's own requeue teardown line (``... CANCELLED AT ... DUE TO JOB REQUEUE ***``) can reach the
+  file after the engine last looked at it while the job was pending and before the next attempt
+  started. That line names the requeue itself, so it is our effect when we requeued the previous
+  attempt.
+* A teardown line seen while our restart of the previous attempt held the job: after our hold was
+  placed (its row shows the hold seen) and before our release of it was done. The next attempt's
+  tasks cannot run before that release, so the line is the old attempt's — a Kubernetes pod our
+  suspend takes away, killed on its way out (its ending line is stamped with the container's
+  finish time, or with the time it was read when the runtime gave none).
+
+Pure: the caller passes the action rows (the terminating ones, and our releases).
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from trainguard.model import actions, anomalies, vocab
 
 TERMINATING = (actions.Operation.REQUEUE, actions.Operation.REQUEUE_HOLD, actions.Operation.CANCEL)
 """Operations that end the running tasks of the attempt they act on."""
+CONSULTED = (*TERMINATING, actions.Operation.RELEASE)
+"""The rows ``effect_of`` reads: the terminating operations, and the releases that end our holds."""
 WINDOW_S = 3600.0
 """How long after our operation its teardown can still be read (slow filesystems, long grace)."""
 _MEANT = frozenset({actions.ActionStatus.INTENT, actions.ActionStatus.DONE})
@@ -64,11 +73,18 @@ def effect_of(
     if seen is None:
         return None
     late_requeue_line = REQUEUE_TEARDOWN in initiating.text
+    released = {(row.workload, row.attempt, row.generation) for row in ours
+                if row.operation == actions.Operation.RELEASE and row.status == actions.ActionStatus.DONE
+                and row.updated_at <= seen}
 
     def caused(row: actions.ActionRecord) -> bool:
         if row.attempt == attempt:
             return row.operation in TERMINATING
-        return late_requeue_line and row.attempt == attempt - 1 and row.operation in _REQUEUES
+        if row.attempt != attempt - 1 or row.operation not in _REQUEUES:
+            return False
+        return late_requeue_line or (
+            row.operation == actions.Operation.REQUEUE_HOLD and actions.HOLD_SEEN in row.args
+            and (row.workload, row.attempt, row.generation) not in released)
 
     candidates = [
         row for row in ours

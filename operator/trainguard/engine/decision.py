@@ -144,7 +144,7 @@ class Decision:
         """True (and recorded as evidence of that action) when ``anomaly`` is only the teardown that our
         own requeue/cancel of this attempt caused: the effects of our actions are not failures."""
         now = self.clock.now()
-        ours = await self.store.actions_by_operation(list(own_actions.TERMINATING), since=now - own_actions.WINDOW_S)
+        ours = await self.store.actions_by_operation(list(own_actions.CONSULTED), since=now - own_actions.WINDOW_S)
         row = own_actions.effect_of(anomaly, workload=rt.workload, attempt=attempt, ours=ours)
         if row is None:
             return False

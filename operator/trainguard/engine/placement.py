@@ -133,8 +133,8 @@ class Placement:
         records: list[audit.TailRecord] = []
         changed: list[tuple[runtime.WorkloadRuntime, list[sources.Followed]]] = []
         for rt in runtimes:
-            if rt.spec is None:
-                continue  # never judged: nothing to resume
+            if rt.spec is None or rt.closed:
+                continue  # never judged, or no longer tracked: nothing to resume
             if not force and (rt.memory.deferred or rt.memory.awaiting_metrics
                               or (rt.detector is not None and rt.detector.settling)):
                 continue

@@ -93,6 +93,10 @@ class WorkloadRuntime:
     """The workload's recovery in flight (``recovery.RecoveryRunner``), or the wait for GPU metrics."""
     ready: bool = False
     """Tracking has started (its files are placed): the tailing round may read them."""
+    closed: bool = False
+    """Tracking has stopped (``Tracking.close``). A tailing round that began before keeps this
+    object in its list across its awaits: it must neither feed it nor save its read positions, which
+    would land under the workload id after a new object under that id retired the old history."""
     finished_at: float | None = None
     opt_in_errors: list[str] = field(default_factory=list)
     last_advice: advice_mod.Advice | None = None

@@ -78,6 +78,8 @@ class Tailing:
                 # took ~30 s, one round per round trip).
                 await asyncio.sleep(0)
                 turn = time.monotonic()
+            if rt.closed:
+                continue  # no longer tracked since the round began: its lines are nobody's now
             await self.feed_batch(rt, batch, tick=False)
             if rt.detector is not None:
                 running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt

@@ -285,6 +285,7 @@ class Tracking:
     async def close(self, rt: runtime.WorkloadRuntime, why: str, *, forget: bool = True) -> None:
         """Stop following ``rt``; ``forget=False`` keeps discovery's record of the job id (the id is
         followed on at once, for another object)."""
+        rt.closed = True
         rt.book.close()
         self.journal.forget(rt.workload)
         self.tailing.unreadable.pop(rt.workload, None)

@@ -17,8 +17,9 @@ watch from a resourceVersion; this loop owns what they shared, written once:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from trainguard.k8s import client
 
@@ -63,3 +64,15 @@ async def list_watch_forever(
             continue
         await asyncio.sleep(delay)
         delay = min(delay * 2, backoff.max_s)
+
+
+async def response_lines(response: Any) -> AsyncIterator[bytes]:
+    """The lines of a watch response (one JSON event each, however long: the apiserver bounds an object)."""
+    pending = bytearray()
+    async for chunk in response.content.iter_any():
+        pending += chunk
+        while (nl := pending.find(b"\n")) >= 0:
+            yield bytes(pending[:nl])
+            del pending[:nl + 1]
+    if pending.strip():
+        yield bytes(pending)

@@ -44,7 +44,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -139,6 +139,10 @@ class PodLogSource:
         self.core = kubernetes_asyncio.client.CoreV1Api(api)
         self.custom = kubernetes_asyncio.client.CustomObjectsApi(api)
         self.reachable: bool | None = None
+        self.ended: Callable[[pods.Target], Sequence[dict[str, Any]]] | None = None
+        """Failed pod versions the scheduler's watch saw (``KubeScheduler.ended_pods``): a book makes
+        their ending lines before each read, so a failure reaches the attempt it ended even when this
+        book's own watch sees it after the workload's re-creation of the pod moved the attempt."""
 
     def ok(self) -> None:
         if self.reachable is False:
@@ -285,7 +289,7 @@ class PodLogBook(StoreBook):
         response = await self.source.stream("/api/v1/namespaces/{namespace}/pods", {"namespace": target.namespace},
                                             query, "application/json", self._config.watch_timeout_s + 30)
         try:
-            async for raw in _lines(response):
+            async for raw in listwatch.response_lines(response):
                 try:
                     event = json.loads(raw)
                 except ValueError:
@@ -317,13 +321,23 @@ class PodLogBook(StoreBook):
         assert self.target is not None
         view = pods.view_of(self.target.kind, body, self.layout)
         self._views[view.uid] = view
+        self._note_endings(body, view)
+        return view
+
+    def _recall_ended(self) -> None:
+        """The endings of the failed pods the scheduler saw (``PodLogSource.ended``), once each."""
+        if self.target is None or self.source.ended is None:
+            return
+        for body in self.source.ended(self.target):
+            self._note_endings(body, pods.view_of(self.target.kind, body, self.layout))
+
+    def _note_endings(self, body: dict[str, Any], view: pods.PodView) -> None:
         for ending in pods.termination_lines(body, now_ns=time.time_ns()):
             if ending.key in self._endings:
                 continue
             self._endings.add(ending.key)
             self._put(Item(ending.ns, line_hash(view.name, ending.container or "-", ending.text), ending.text,
                            view.node or None, view.rank))
-        return view
 
     def _start_follows(self, view: pods.PodView) -> None:
         """A follow stream for each started container of ``view`` that has none running."""
@@ -447,6 +461,7 @@ class PodLogBook(StoreBook):
         if not self.files:
             self._buffer.clear()
             return []
+        self._recall_ended()
         out: Out = {id(s): [] for s in self.files}
         s = self.files[0]
         now = self._clock.now()
@@ -469,22 +484,13 @@ class PodLogBook(StoreBook):
         return f"{s.path}: pod-log lines from {pods.format_time(at)} on (the attempt's start)"
 
 
-async def _lines(response: Any) -> AsyncIterator[bytes]:
-    """The lines of a watch response (one JSON event each, however long: the apiserver bounds an object)."""
-    pending = bytearray()
-    async for chunk in response.content.iter_any():
-        pending += chunk
-        while (nl := pending.find(b"\n")) >= 0:
-            yield bytes(pending[:nl])
-            del pending[:nl + 1]
-    if pending.strip():
-        yield bytes(pending)
-
-
-def books(api: kubernetes_asyncio.client.ApiClient, config: Config | None = None
+def books(api: kubernetes_asyncio.client.ApiClient, config: Config | None = None, *,
+          ended: Callable[[pods.Target], Sequence[dict[str, Any]]] | None = None
           ) -> tuple[sources.BookFactory, PodLogSource]:
-    """A book factory for ``engine.Engine(log_books=...)`` and the source it shares (the caller closes ``api``)."""
+    """A book factory for ``engine.Engine(log_books=...)`` and the source it shares (the caller closes
+    ``api``; ``ended``: see ``PodLogSource.ended``)."""
     source = PodLogSource(api, config)
+    source.ended = ended
 
     def make(workload: str, job_id: str, clock: clock_mod.Clock, pool: fileio.FilePool | None) -> sources.LogBook:
         del pool  # no files

@@ -63,8 +63,8 @@ class SlinkyScheduler:
     async def requeue(self, job_id: str) -> None:
         await self.inner.requeue(job_id)
 
-    async def requeue_hold(self, job_id: str) -> None:
-        await self.inner.requeue_hold(job_id)
+    async def requeue_hold(self, job_id: str, *, attempt: int | None = None) -> None:
+        await self.inner.requeue_hold(job_id, attempt=attempt)
 
     async def hold(self, job_id: str) -> None:
         await self.inner.hold(job_id)

@@ -34,6 +34,11 @@ class Operation(enum.StrEnum):
         return self in (Operation.HOLD, Operation.REQUEUE_HOLD)
 
 
+HOLD_SEEN = "hold_seen"
+"""Argument of our hold rows: the job's hold as the scheduler showed it right after we placed it
+(absent when the step placed none: a Kubernetes workload whose own failure policy restarted it)."""
+
+
 class ActionStatus(enum.StrEnum):
     """Life of one action row: the intent is committed before the scheduler is touched."""
 

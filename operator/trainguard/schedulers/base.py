@@ -57,8 +57,14 @@ class Scheduler(Protocol):
 
     async def requeue(self, job_id: str) -> None: ...
 
-    async def requeue_hold(self, job_id: str) -> None:
-        """Requeue and hold, so the job can be changed (e.g. exclusions) before it starts."""
+    async def requeue_hold(self, job_id: str, *, attempt: int | None = None) -> None:
+        """Requeue and hold, so the job can be changed (e.g. exclusions) before it starts.
+
+        ``attempt``: the attempt the restart is for (the executor's step baseline). An adapter whose
+        workloads restart themselves (a PyTorchJob's re-created pod) does nothing when the job is
+        already past it: a restart of the workload's own that landed after the executor's last read
+        is never doubled. Slurm's own requeue (a node failure with ``--requeue``) is judged before
+        each step by ``act.whose``; the Slurm adapters do not read the job again here."""
         ...
 
     async def hold(self, job_id: str) -> None: ...

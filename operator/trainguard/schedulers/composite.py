@@ -73,8 +73,8 @@ class CompositeScheduler:
     async def requeue(self, job_id: str) -> None:
         await (await self._child_of(job_id)).requeue(job_id)
 
-    async def requeue_hold(self, job_id: str) -> None:
-        await (await self._child_of(job_id)).requeue_hold(job_id)
+    async def requeue_hold(self, job_id: str, *, attempt: int | None = None) -> None:
+        await (await self._child_of(job_id)).requeue_hold(job_id, attempt=attempt)
 
     async def hold(self, job_id: str) -> None:
         await (await self._child_of(job_id)).hold(job_id)

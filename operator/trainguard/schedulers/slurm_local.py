@@ -165,7 +165,7 @@ class SlurmCommandScheduler:
         logger.info("%s: requeue %s", self.name, job_id)
         await self._call(slurm_commands.argv_job_op("requeue", job_id), ok_if=[slurm_commands.PENDING_MESSAGE])
 
-    async def requeue_hold(self, job_id: str) -> None:
+    async def requeue_hold(self, job_id: str, *, attempt: int | None = None) -> None:
         logger.info("%s: requeuehold %s", self.name, job_id)
         res = await self._call(slurm_commands.argv_job_op("requeuehold", job_id),
                                ok_if=[slurm_commands.PENDING_MESSAGE])

@@ -231,7 +231,7 @@ class SlurmRest:
     async def requeue(self, job_id: str) -> None:
         await self._delegate("requeue", slurm_cli.validate_job_id(job_id))
 
-    async def requeue_hold(self, job_id: str) -> None:
+    async def requeue_hold(self, job_id: str, *, attempt: int | None = None) -> None:
         await self._delegate("requeue_hold", slurm_cli.validate_job_id(job_id))
 
     async def hold(self, job_id: str) -> None:

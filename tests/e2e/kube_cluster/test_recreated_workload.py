@@ -6,6 +6,8 @@ same attempt number. The old history continues under a retired id, and the audit
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,13 @@ from tests.support.kube_cluster import SimCluster
 from trainguard.k8s.kubejobs import common
 from trainguard.model import vocab
 from trainguard.store import database
+
+
+def is_retired(db: Path, workload: str) -> bool:
+    """Whether the audit store holds ``workload`` (a retired id) yet."""
+    with contextlib.closing(sqlite3.connect(db, timeout=5)) as connection:
+        return connection.execute("SELECT 1 FROM workloads WHERE id = ?", (workload,)).fetchone() is not None
+
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.kube_cluster, pytest.mark.timeout(600)]
 
@@ -61,6 +70,9 @@ async def test_a_jobset_created_again_under_its_name_is_judged_as_a_new_job(
         create()
         second = await until("2 running pods of the new JobSet", two_running)
         assert (sim.get("jobset", "train", ns) or {})["metadata"]["uid"] != uid
+        # The old object's read position stays under the id until the operator first sees the new
+        # one and retires that history: only then do the lines read under the id count the new pods'.
+        await until("the old history retired", lambda: is_retired(op.db, f"{wid}@{uid}"))
         for pod in second:
             sim.write_pod_log(ns, pod["metadata"]["name"], ["iteration 1 loss 2.0"])
         await until("the new JobSet's first lines read", lambda: lines_read(op.db, wid) >= len(second))

@@ -33,6 +33,20 @@ def _volume(sim: kube_cluster.SimCluster, namespace: str, claim: str, size: str)
     return name
 
 
+def _what_helm_waits_on(sim: kube_cluster.SimCluster, namespace: str) -> str:
+    """The namespace's workloads, claims and events and the nodes' taints: the message of a failed
+    ``--wait``, which by itself only says its deadline passed."""
+    parts = []
+    for args in (("get", "deployments,statefulsets,pods,pvc", "-n", namespace, "-o", "wide"),
+                 ("get", "events", "-n", namespace, "--sort-by=.lastTimestamp"),
+                 ("get", "pv", "-o", "wide"),
+                 ("get", "nodes", "-o", "custom-columns=NAME:.metadata.name,UNSCHEDULABLE:.spec.unschedulable,"
+                                        "TAINTS:.spec.taints[*].key,READY:.status.conditions[?(@.type=='Ready')].status")):
+        done = sim.kube.kubectl(*args)
+        parts.append(f"$ kubectl {' '.join(args)}\n{done.stdout}{done.stderr}")
+    return "\n".join(parts)
+
+
 @pytest.mark.parametrize("database", ["mysql", "external"])
 def test_install_runs_on_the_simulated_cluster(database: str, helm: helm_support.Helm,
                                                sim_cluster: kube_cluster.SimCluster, sim_namespace: str,
@@ -52,7 +66,7 @@ def test_install_runs_on_the_simulated_cluster(database: str, helm: helm_support
     try:
         done = helm.run("install", release, str(helm_support.CHART), "-n", sim_namespace, "-f", str(values_file),
                         "--wait", "--timeout", "5m", kubeconfig=sim_cluster.kubeconfig, timeout=400)
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 0, f"{done.stderr}\n{_what_helm_waits_on(sim_cluster, sim_namespace)}"
         deployment = sim_cluster.get("deployment", f"{release}-trainguard", sim_namespace)
         assert deployment is not None
         assert deployment["status"].get("availableReplicas") == 1, deployment["status"]

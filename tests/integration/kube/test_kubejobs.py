@@ -338,6 +338,89 @@ async def test_pytorchjob_ranks_master_first_and_suspends_through_run_policy(wor
     assert (await w.adapter.get_job(wid)).state is workloads.JobState.COMPLETED
 
 
+async def test_a_pytorchjob_pod_re_created_after_the_executors_read_is_not_restarted_a_second_time(
+        world: World) -> None:
+    """The training-operator re-creates a failed Worker (``restartPolicy: ExitCode``, exit 137)
+    within a second: after the executor read the job at attempt 0, before its ``requeue_hold``
+    call. The failed pod is gone by then, so nothing shows a restart still to come; the call told
+    the attempt it restarts sees the job past it and leaves it alone (no suspend, no restart of
+    ours counted). Told no attempt, the same call suspends: the double restart the CI run of
+    stop 30 showed on the simulated cluster."""
+    w = world
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}
+    for name in ("ptj", "twin"):
+        ok(w.kube, "apply", "-f", "-", input=yaml.safe_dump({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": w.ns, "annotations": {"trainguard.dev/policy": ""}},
+            "spec": {"pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "ExitCode", "template": template},
+                "Worker": {"replicas": 1, "restartPolicy": "ExitCode", "template": template}}},
+        }))
+    killed = {"exitCode": 137, "reason": "Error", "message": "killed"}
+    for name in ("ptj", "twin"):
+        wid = common.workload_id(w.ns, "PyTorchJob", name)
+
+        def labels(kind: str, job: str = name) -> dict[str, str]:
+            return {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": kind,
+                    "training.kubeflow.org/replica-index": "0"}
+
+        for kind, node in (("master", w.nodes[0]), ("worker", w.nodes[1])):
+            w.pod(f"{name}-{kind}-0", node, labels(kind))
+        await w.in_cache(wid, tasks=2)
+        w.pod(f"{name}-worker-0", w.nodes[1], labels("worker"), phase="Failed", terminated=killed)
+        failed = await w.adapter.get_job(wid)  # the executor's last read: the failure, attempt 0
+        assert failed.attempt == 0 and failed.state is not workloads.JobState.COMPLETED
+        ok(w.kube, "delete", "pod", f"{name}-worker-0", "-n", w.ns, "--wait=true")
+        w.pod(f"{name}-worker-0", w.nodes[2], labels("worker"))  # re-created: a new uid
+
+    await w.adapter.requeue_hold(common.workload_id(w.ns, "PyTorchJob", "ptj"), attempt=0)
+    body = json.loads(ok(w.kube, "get", "pytorchjob", "ptj", "-n", w.ns, "-o", "json"))
+    assert not body["spec"].get("runPolicy", {}).get("suspend")
+    assert common.RESTARTS_ANNOTATION not in body["metadata"].get("annotations", {})
+    assert (await w.adapter.get_job(common.workload_id(w.ns, "PyTorchJob", "ptj"))).attempt == 1
+
+    await w.adapter.requeue_hold(common.workload_id(w.ns, "PyTorchJob", "twin"))
+    twin = json.loads(ok(w.kube, "get", "pytorchjob", "twin", "-n", w.ns, "-o", "json"))
+    assert twin["spec"]["runPolicy"]["suspend"] is True
+    assert twin["metadata"]["annotations"][common.RESTARTS_ANNOTATION] == "1"
+
+
+async def test_a_pytorchjob_pod_deleted_for_its_re_creation_is_waited_for_not_restarted_over(world: World) -> None:
+    """The training-operator deletes the failed Worker, then creates its successor. A restart step
+    that reads the pods in between sees no failure; the failed version the adapter saw tells it the
+    workload's own restart is on its way, and it waits for it instead of suspending the job."""
+    w = world
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}
+    ok(w.kube, "apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": "gap", "namespace": w.ns, "annotations": {"trainguard.dev/policy": ""}},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2, "restartPolicy": "ExitCode",
+                                                    "template": template}}},
+    }))
+    wid = common.workload_id(w.ns, "PyTorchJob", "gap")
+
+    def labels(index: int) -> dict[str, str]:
+        return {"training.kubeflow.org/job-name": "gap", "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": str(index)}
+
+    for index in (0, 1):
+        w.pod(f"gap-worker-{index}", w.nodes[index], labels(index))
+    await w.in_cache(wid, tasks=2)
+    w.pod("gap-worker-1", w.nodes[1], labels(1), phase="Failed",
+          terminated={"exitCode": 137, "reason": "Error", "message": "killed"})
+    assert (await w.adapter.get_job(wid)).attempt == 0
+    ok(w.kube, "delete", "pod", "gap-worker-1", "-n", w.ns, "--wait=true")
+
+    step = asyncio.create_task(w.adapter.requeue_hold(wid, attempt=0))
+    await asyncio.sleep(2)
+    assert not step.done()  # waiting for the successor
+    w.pod("gap-worker-1", w.nodes[2], labels(1))
+    await asyncio.wait_for(step, 60)
+    body = json.loads(ok(w.kube, "get", "pytorchjob", "gap", "-n", w.ns, "-o", "json"))
+    assert not body["spec"].get("runPolicy", {}).get("suspend")
+    assert common.RESTARTS_ANNOTATION not in body["metadata"].get("annotations", {})
+
+
 async def test_executor_lets_the_jobsets_own_restart_stand_and_only_excludes_the_node(
         world: World, tmp_path: Path) -> None:
     """The JobSet's failure policy restarted it before we acted: the executor records the restart as

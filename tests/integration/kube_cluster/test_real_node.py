@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.support import kube_cluster
-from tests.support.real_node import BUSYBOX_IMAGE, OPERATOR_IMAGE, STORAGE_CLASS, RealNode
+from tests.support.real_node import BUSYBOX_IMAGE, OPERATOR_IMAGE, REAL_NODE_TAINT, STORAGE_CLASS, RealNode
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube_cluster, pytest.mark.real_node,
               pytest.mark.timeout(kube_cluster.BUILD_TIMEOUT_S)]
@@ -36,6 +36,7 @@ def pod(name: str, node: str, script: str, *, memory: str = "64Mi", cpu: str = "
     }
     spec: dict[str, Any] = {
         "nodeSelector": {"kubernetes.io/hostname": node}, "restartPolicy": "Never",
+        "tolerations": [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
         "automountServiceAccountToken": False,
         "securityContext": {"runAsUser": UID, "runAsGroup": UID, "runAsNonRoot": True,
                             "seccompProfile": {"type": "RuntimeDefault"}},
@@ -95,7 +96,10 @@ def test_the_memory_limit_is_enforced_by_the_kernel(real_node: RealNode, namespa
                     input=json.dumps(pod("hog", real_node.name, script, memory="32Mi")))
     done = finished(cluster, namespace, "hog")
     assert done["terminated"]["reason"] == "OOMKilled", done["terminated"]
-    assert cluster.pod_logs(namespace, "hog").splitlines()[-1] == "tail exited 137"
+    # The shell saw tail die of SIGKILL: it says "Killed", then echoes 137, unless the OOM killer,
+    # with the cgroup still at its limit, ends the shell too before its echo (seen under load).
+    lines = cluster.pod_logs(namespace, "hog").splitlines()
+    assert lines and (lines[-1] == "tail exited 137" or lines[-1] == "Killed"), lines
 
 
 def test_the_default_storage_class_serves_claims_on_the_node(real_node: RealNode, namespace: str) -> None:

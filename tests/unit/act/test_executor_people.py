@@ -47,8 +47,8 @@ async def test_a_pause_stops_the_next_step_and_releases_only_our_hold(scheduler,
     item = advise(REQUEUE, exclude_nodes=["node2"])
     original = scheduler.requeue_hold
 
-    async def requeue_hold_then_pause(job_id: str) -> None:
-        await original(job_id)
+    async def requeue_hold_then_pause(job_id: str, *, attempt: int | None = None) -> None:
+        await original(job_id, attempt=attempt)
         await pause_after_requeue_hold()
 
     scheduler.requeue_hold = requeue_hold_then_pause  # type: ignore[method-assign]

@@ -89,3 +89,49 @@ def test_only_the_requeue_line_itself_crosses_into_the_next_attempt() -> None:
     assert own_actions.effect_of(cancelled, workload=WORKLOAD, attempt=1,
                                  ours=[ours(actions.Operation.CANCEL, attempt=0)]) is None
     assert own_actions.effect_of(cancelled, workload=WORKLOAD, attempt=2, ours=[ours(attempt=0)]) is None
+
+
+POD_KILLED = ("trainguard: pod ptj-worker-1 container pytorch on kwok-node-2 ended: reason=Error exitCode=137 "
+              "signal=SIGKILL")
+
+
+def held(*, hold_seen: bool = True) -> actions.ActionRecord:
+    """Our restart of attempt 0 that held the job (a suspend of ours the scheduler showed)."""
+    args = {actions.HOLD_SEEN: {"reason": "Suspended", "detail": "trainguard: restart"}} if hold_seen else {}
+    return actions.ActionRecord(workload=WORKLOAD, attempt=0, generation=1, step="requeue_hold",
+                                operation=actions.Operation.REQUEUE_HOLD, args=args, status=actions.ActionStatus.DONE,
+                                created_at=REQUEUED_AT, updated_at=REQUEUED_AT + 1.0)
+
+
+def released(at: float) -> actions.ActionRecord:
+    return actions.ActionRecord(workload=WORKLOAD, attempt=0, generation=1, step="release",
+                                operation=actions.Operation.RELEASE, status=actions.ActionStatus.DONE,
+                                created_at=at - 0.1, updated_at=at)
+
+
+def test_a_kill_seen_while_our_restart_held_the_job_is_its_effect_in_the_next_attempt() -> None:
+    """A pod our suspend takes away, killed on its way out: its ending line is read once the next
+    attempt began, but it was seen before our release, when no task of the next attempt could run."""
+    killed = crash(POD_KILLED, C.PROCESS_SIGNAL_KILLED, at=REQUEUED_AT + 0.5, pattern="k8s.container_killed")
+    assert own_actions.effect_of(killed, workload=WORKLOAD, attempt=1, ours=[held()]) == held()
+    assert own_actions.effect_of(killed, workload=WORKLOAD, attempt=1,
+                                 ours=[held(), released(REQUEUED_AT + 1.5)]) == held()
+
+
+@pytest.mark.parametrize(
+    ("at", "rows"),
+    [
+        # seen after our release: the next attempt's pods may run, so it may be theirs
+        (REQUEUED_AT + 2.0, [held(), released(REQUEUED_AT + 1.5)]),
+        # the step placed no hold (the workload's own failure policy restarted it): no window of ours
+        (REQUEUED_AT + 0.5, [held(hold_seen=False)]),
+        # seen before our restart began: why we acted, or unrelated
+        (REQUEUED_AT - 1.0, [held()]),
+    ],
+    ids=["after-our-release", "no-hold-placed", "before-our-restart"],
+)
+def test_a_kill_outside_our_hold_stays_a_failure_of_the_next_attempt(at: float,
+                                                                     rows: list[actions.ActionRecord]) -> None:
+    killed = crash(POD_KILLED, C.PROCESS_SIGNAL_KILLED, at=at, pattern="k8s.container_killed")
+    assert own_actions.effect_of(killed, workload=WORKLOAD, attempt=1, ours=rows) is None
+    assert own_actions.effect_of(killed, workload=WORKLOAD, attempt=2, ours=rows) is None

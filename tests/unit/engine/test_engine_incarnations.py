@@ -63,3 +63,27 @@ async def test_a_new_object_seen_while_the_old_one_is_still_tracked_replaces_it(
     advice = await h.records("91", vocab.AuditKind.ADVICE)
     assert [r.attempt for r in advice] == [0, 0]
     assert await h.store.get_advice(f"{scenario.workload_of('91')}@uid-a", 0, 1) is not None
+
+
+async def test_a_tailing_round_that_began_before_the_replacement_leaves_the_new_objects_positions_alone(
+        make_harness: scenario.MakeHarness) -> None:
+    """A tailing round lists the runtimes it reads when it begins and awaits often (file reads, its
+    yields, decisions); the old object's runtime, closed meanwhile, must not be fed or saved. Saved,
+    its read position lands under the id after the retirement, where the newcomer resumes from
+    it after a restart of ours (the CI run of stop 30: the new JobSet's Xid line went unread)."""
+    h = await make_harness()
+    wid = scenario.workload_of("92")
+    h.submit("92", comment="trainguard", incarnation="uid-a")
+    await h.step()
+    h.write("92", *scenario.ranked(0, "iteration 1 loss 2.0", "iteration 2 loss 1.9", "iteration 3 loss 1.8"))
+    await h.step(1)
+    old = h.runtime("92")
+    h.output("92").unlink()
+    h.change("92", incarnation="uid-b", attempt=0)
+    await h.step(1)
+    assert h.runtime("92") is not old and old.closed
+    newcomer = [(p.attempt, p.lineno) for p in await h.store.tail_positions(wid)]
+    assert all(lineno < 3 for _, lineno in newcomer), newcomer
+
+    await h.engine.placement.save([old], force=True)  # the end of a round that listed it first
+    assert [(p.attempt, p.lineno) for p in await h.store.tail_positions(wid)] == newcomer

@@ -239,3 +239,59 @@ def test_a_pytorchjob_pod_recreated_after_its_failure_is_a_new_attempt_and_our_o
     in_place["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": 1}}
     assert not pytorchjob.restarts_failed_pod(obj, in_place)
     assert common.snapshot(pytorchjob.KIND, ours, [in_place], [], replaced=book.count).attempt == 3
+
+
+def test_a_failed_pytorchjob_pod_deleted_and_not_yet_re_created_awaits_its_successor() -> None:
+    """The training-operator deletes a failed pod, then creates its successor: in between, the pods
+    listed show no failure, and only the failed version the book kept tells that the workload's own
+    restart is on the way (our restart step must wait for it, not restart on top of it)."""
+    book = pytorchjob.Replacements()
+    master, worker = a_ptj_pod("ptj-master-0", "m1", kind="master"), a_ptj_pod("ptj-worker-0", "w0")
+    for pod in (master, worker):
+        book.observe(pod)
+    assert book.awaiting_successor([master]) == []  # gone, but never seen failed: nothing on its way
+    failed = a_ptj_pod("ptj-worker-0", "w0", phase="Failed", exit_code=137)
+    book.observe(failed)
+    assert book.awaiting_successor([master, failed]) == []  # still listed: judged as it is
+    assert book.awaiting_successor([master]) == [failed]  # deleted, its successor not created yet
+    book.observe(a_ptj_pod("ptj-worker-0", "w0b"))
+    assert book.awaiting_successor([master]) == [] and book.count == 1
+    book.observe(a_ptj_pod("ptj-worker-0", "w0b", phase="Failed", exit_code=137))
+    book.forget_failures()  # our suspend replaces every pod
+    assert book.awaiting_successor([master]) == []
+
+
+def test_a_pytorchjob_pod_failing_after_our_suspend_is_part_of_our_restart_not_a_second_one() -> None:
+    """Our restart of a running PyTorchJob (a fatal Xid read before its rank died) races the kill:
+    the Worker fails after our suspend, the training-operator may even re-create it before it sees
+    the suspend, then our resume makes every pod anew. That is one restart, counted by our
+    annotation, never a second one of its own (which would move the attempt past the one our resume
+    starts, and take our own suspend for somebody else's)."""
+    book = pytorchjob.Replacements()
+    for pod in (a_ptj_pod("ptj-master-0", "m1", kind="master"), a_ptj_pod("ptj-worker-1", "w1")):
+        book.observe(pod)
+    book.forget_failures()  # our suspend
+    assert not book.observe(a_ptj_pod("ptj-worker-1", "w1", phase="Failed", exit_code=137))
+    assert book.awaiting_successor([]) == []  # no restart of its own on the way
+    assert not book.observe(a_ptj_pod("ptj-worker-1", "w1b"))  # re-created before it saw the suspend
+    assert not book.observe(a_ptj_pod("ptj-worker-1", "w1c"))  # our resume
+    assert book.count == 0
+    assert not book.observe(a_ptj_pod("ptj-worker-1", "w1c", phase="Failed", exit_code=137))
+    assert book.observe(a_ptj_pod("ptj-worker-1", "w1d"))  # a later failure of a new pod is its own again
+    assert book.count == 1
+
+
+def test_the_failed_pod_versions_are_kept_for_the_pod_log_book_retired_ones_too_and_bounded() -> None:
+    book = pytorchjob.Replacements()
+    book.observe(a_ptj_pod("ptj-worker-0", "w0"))
+    failed = a_ptj_pod("ptj-worker-0", "w0", phase="Failed", exit_code=137)
+    book.observe(failed)
+    book.observe(a_ptj_pod("ptj-worker-0", "w0b"))  # re-created: the failed version stays for its ending line
+    assert list(book.ended.values()) == [failed]
+    book.forget_failures()  # our suspend
+    killed = a_ptj_pod("ptj-worker-0", "w0b", phase="Failed", exit_code=137)
+    book.observe(killed)  # a pod our suspend takes away, killed on its way out: its ending is the old attempt's
+    assert list(book.ended.values()) == [failed, killed]
+    for i in range(pytorchjob.ENDED_KEPT + 5):
+        book.observe(a_ptj_pod("ptj-worker-1", f"x{i}", phase="Failed", exit_code=1))
+    assert len(book.ended) == pytorchjob.ENDED_KEPT and "x0" not in book.ended

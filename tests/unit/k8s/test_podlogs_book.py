@@ -170,6 +170,27 @@ async def test_a_failed_pod_is_one_termination_line_once(api: kubernetes_asyncio
                                    "reason=OOMKilled exitCode=137 signal=SIGKILL", "kwok-node-2", 1)]
 
 
+async def test_a_failure_the_scheduler_saw_first_is_read_before_the_books_own_watch_sees_it(
+        api: kubernetes_asyncio.client.ApiClient) -> None:
+    """The scheduler's watch saw the pod fail and its re-creation (the attempt moved on); this book's
+    watch has not delivered the failure yet. The read at the attempt's switch takes the ending from
+    the scheduler's copy, so it goes to the attempt that failed; the book's own event later adds nothing."""
+    book = _book(api)
+    body = {"metadata": {"name": "train-w-0-1", "uid": "u1", "labels": {pods.JOBSET_GLOBAL_INDEX: "1"}},
+            "spec": {"nodeName": "kwok-node-2", "containers": [{"name": "trainer"}]},
+            "status": {"phase": "Failed", "containerStatuses": [{"name": "trainer", "state": {"terminated": {
+                "exitCode": 137, "reason": "Error", "finishedAt": "2026-12-01T20:00:05Z"}}}]}}
+    assert book.target is not None
+    seen: list[pods.Target] = []
+    book.source.ended = lambda target: seen.append(target) or [body]
+    expected = [("trainguard: pod train-w-0-1 container trainer on kwok-node-2 ended: reason=Error exitCode=137 "
+                 "signal=SIGKILL", "kwok-node-2", 1)]
+    assert await _texts(book) == expected
+    assert seen == [book.target]
+    book._note(body)  # the book's own watch, later
+    assert await _texts(book) == []
+
+
 def test_timestamps_are_split_from_the_text() -> None:
     assert podlogs.split_timestamp("2026-12-01T20:00:00.000000001Z hello world") == (T0 + 1, "hello world")
     assert podlogs.split_timestamp("no timestamp here") == (None, "no timestamp here")

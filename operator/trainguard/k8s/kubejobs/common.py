@@ -30,6 +30,9 @@ OVERRIDES_ANNOTATION: Final = "trainguard.dev/overrides"
 """Per-workload overrides in the opt-in comment's form, e.g. ``hang-timeout=90s max-retries=2``
 (the same keys and rules as a Slurm job's ``--comment``: budgets can only be lowered)."""
 SUSPENDED_HOLD: Final = "Suspended"
+MERGE: Final = "application/merge-patch+json"
+CONFLICT_RETRIES: Final = 5
+"""Patches carry the resourceVersion they were computed from; a 409 is re-read and retried this often."""
 """``hold_reason`` of a suspended workload."""
 
 Obj = dict[str, Any]

@@ -61,6 +61,10 @@ def restarts_failed_pod(obj: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     return policy == "ExitCode" and failure.exit_code is not None and failure.exit_code >= 128
 
 
+ENDED_KEPT: Final = 64
+"""Failed pod versions a ``Replacements`` book keeps for the pod-log book (per workload)."""
+
+
 @dataclass
 class Replacements:
     """Pods of one PyTorchJob the training-operator re-created after they failed: each is a restart
@@ -77,6 +81,18 @@ class Replacements:
     count: int = 0
     pods: dict[str, tuple[str, bool]] = field(default_factory=dict)
     """Pod name -> (uid, whether that pod was seen failed)."""
+    failed: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Pod name -> the last failed version seen of the pod now under that name, until it is
+    replaced: the training-operator deletes a failed pod before it creates its successor, and in
+    between only this copy tells that a restart of its own is on the way."""
+
+    ended: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Pod uid -> the last failed version seen of that pod (the newest ``ENDED_KEPT``): what the pod-log
+    book makes its ending line from when its own watch saw the pod later than we did (the line then
+    reaches the attempt that failed, not the one its re-creation started)."""
+    retired: set[str] = field(default_factory=set)
+    """Uids of the pods our suspend takes away: one of them failing after the suspend (the kill it
+    was about to get, or the suspend's own) is part of our restart, never a restart of its own."""
 
     def observe(self, pod: Mapping[str, Any]) -> bool:
         """Note one version of a pod; True when it is a re-creation of a failed predecessor."""
@@ -84,17 +100,34 @@ class Replacements:
         name, uid = str(md.get("name") or ""), str(md.get("uid") or "")
         if not name or not uid:
             return False
-        failed = common.pod_failure(pod) is not None
+        failed = common.pod_failure(pod) is not None and uid not in self.retired
         before = self.pods.get(name)
         replaced = before is not None and before[0] != uid and before[1]
         if replaced:
             self.count += 1
+        if before is not None and before[0] != uid:
+            self.failed.pop(name, None)
+        if common.pod_failure(pod) is not None:  # retired or not: its ending is the old attempt's
+            self.ended.pop(uid, None)
+            self.ended[uid] = pod
+            while len(self.ended) > ENDED_KEPT:
+                del self.ended[next(iter(self.ended))]
+        if failed:
+            self.failed[name] = pod
         self.pods[name] = (uid, failed or (before is not None and before[0] == uid and before[1]))
         return replaced
 
+    def awaiting_successor(self, listed: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The failed pods seen that are gone from ``listed`` (the current pods) and not re-created yet."""
+        names = {str(common.meta(p).get("name") or "") for p in listed}
+        return [pod for name, pod in self.failed.items() if name not in names]
+
     def forget_failures(self) -> None:
-        """Our suspend replaces every pod: those replacements are our restart (counted by our annotation)."""
+        """Our suspend replaces every pod: those replacements are our restart (counted by our annotation),
+        whatever becomes of the pods it takes away."""
+        self.retired.update(uid for uid, _ in self.pods.values())
         self.pods = {name: (uid, False) for name, (uid, _) in self.pods.items()}
+        self.failed.clear()
 
 
 def finished_state(obj: Mapping[str, Any]) -> workloads.JobState | None:

@@ -37,15 +37,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from trainguard.k8s import client
 from trainguard.k8s import workloads as optin
-from trainguard.k8s.kubejobs import common, jobset, nodes, pytorchjob, watching
+from trainguard.k8s.kubejobs import common, jobset, node_writes, nodes, pytorchjob, watching
 from trainguard.model import workloads
 from trainguard.schedulers import base
 
 logger = logging.getLogger(__name__)
 
 KINDS: Final[tuple[common.Kind, ...]] = watching.KINDS
-MERGE: Final = "application/merge-patch+json"
-CONFLICT_RETRIES: Final = 5
+MERGE: Final = common.MERGE
+CONFLICT_RETRIES: Final = common.CONFLICT_RETRIES
 DEFAULT_OWN_RESTART_WAIT_S: Final = 30.0
 """How long a restart step waits for the workload's own failure policy to restart it (a JobSet
 controller restarts within seconds of a pod failure) before it restarts it itself."""
@@ -78,6 +78,8 @@ class KubeScheduler:
         self.restart_wait_s = restart_wait_s
         self.own_restart_wait_s = DEFAULT_OWN_RESTART_WAIT_S
         self._now = now
+        self._nodes = node_writes.NodeWriter(self._core, now)
+        """Cordon + our taint, and lifting only our own (``node_writes``)."""
         self._cache = watching.Cache(kinds, self.namespaces, api, self._json, self._note_failure)
         """The watch-fed view discovery reads: the workloads, their pods, the nodes (``watching.Cache``)."""
         self._failures: dict[str, common.Failure] = {}
@@ -202,6 +204,12 @@ class KubeScheduler:
             self._seen_nodes.pop(job_id, None)
         self._uids[job_id] = uid
 
+    def ended_pods(self, namespace: str, kind: str, name: str) -> list[common.Obj]:
+        """The failed pod versions seen of a workload (``pytorchjob.Replacements.ended``), for its
+        pod-log book, whose own watch may see a failure only after the re-creation moved the attempt."""
+        book = self._replacements.get(common.workload_id(namespace, kind, name))
+        return [dict(pod) for pod in book.ended.values()] if book is not None else []
+
     def _replaced(self, job_id: str) -> int:
         book = self._replacements.get(job_id)
         return book.count if book is not None else 0
@@ -240,10 +248,14 @@ class KubeScheduler:
                 **kind.suspend_patch(True)}
         await self._patch_object(kind, namespace, name, body)
 
-    async def _own_restart(self, job_id: str) -> bool:
-        """Whether the workload's own failure policy restarted it (waiting up to ``own_restart_wait_s``
-        when it is about to: a JobSet with restarts left whose current pods include a failed one).
-        Then our restart step must not restart it a second time."""
+    async def _own_restart(self, job_id: str, attempt: int | None) -> bool:
+        """Whether the workload's own failure policy restarted it: past ``attempt`` already (a
+        PyTorchJob's failed pod re-created after the executor's last read), or about to (waiting up
+        to ``own_restart_wait_s``: a JobSet with restarts left whose current pods include a failed
+        one). Then our restart step must not restart it a second time."""
+        if attempt is not None and (await self.get_job(job_id)).attempt > attempt:
+            logger.info("%s: past attempt %d: restarted by its own failure policy; no restart of ours", job_id, attempt)
+            return True
         kind, namespace, name, obj = await self._read(job_id)
         if kind.finished_state(obj) is not None or kind.suspended(obj):
             return False
@@ -270,11 +282,14 @@ class KubeScheduler:
         """A PyTorchJob: whether the training-operator restarts its failed pod itself (the replica's
         ``restartPolicy`` covers the failure), waiting up to ``own_restart_wait_s`` for the restart to
         show (a re-created pod or a higher ``restartCount``). A restart it already made before this
-        step shows in the attempt, and the executor skips the step without calling it."""
+        step shows in the attempt, and the executor skips the step without calling it. A failed pod
+        already deleted and not yet re-created counts as failed: the re-creation is on its way."""
         pods = await self._list_pods(kind, namespace, name)
         for pod in pods:
             self._note_failure(kind, pod)
-        if not any(pytorchjob.restarts_failed_pod(obj, p) for p in pods):
+        book = self._replacements.get(job_id)
+        failed = [*pods, *(book.awaiting_successor(pods) if book is not None else ())]
+        if not any(pytorchjob.restarts_failed_pod(obj, p) for p in failed):
             return False  # nothing its policy restarts (a hang, a permanent exit code, restartPolicy Never)
 
         def restarts(current: Sequence[common.Obj]) -> int:
@@ -293,8 +308,8 @@ class KubeScheduler:
                 return True
         return False
 
-    async def requeue_hold(self, job_id: str) -> None:
-        if await self._own_restart(job_id):
+    async def requeue_hold(self, job_id: str, *, attempt: int | None = None) -> None:
+        if await self._own_restart(job_id, attempt):
             return  # its own restart stands (never a second one); exclusions follow while it runs
         await self._suspend(job_id, "restart: suspended until its pods are gone (and suspect nodes excluded)",
                             count_restart=True)
@@ -377,48 +392,13 @@ class KubeScheduler:
         if outside:
             raise base.SchedulerError(f"{job_id}: nodes {', '.join(outside)} are not in its allocation; not excluded")
         for node in names:
-            await self._exclude(node, job_id, f"suspect node of {job_id}")
+            await self._nodes.exclude(node, job_id, f"suspect node of {job_id}")
 
     async def drain_node(self, node: str, reason: str) -> None:
-        await self._exclude(node, "", reason)
-
-    async def _exclude(self, node: str, workload: str, reason: str) -> None:
-        for _ in range(CONFLICT_RETRIES):
-            obj = await self._get_node(node)
-            patch = nodes.exclude_patch(obj, workload or "trainguard", reason, self._now())
-            if patch is None:
-                return
-            if await self._patch_node(node, patch):
-                logger.info("node %s cordoned and tainted %s: %s", node, nodes.TAINT_KEY, reason)
-                return
-        raise base.SchedulerError(f"node {node}: changed concurrently {CONFLICT_RETRIES} times; not excluded")
+        await self._nodes.exclude(node, "", reason)
 
     async def resume_node(self, node: str) -> None:
-        for _ in range(CONFLICT_RETRIES):
-            obj = await self._get_node(node)
-            patch = nodes.lift_patch(obj)
-            if patch is None:
-                return
-            if await self._patch_node(node, patch):
-                logger.info("node %s: our exclusion lifted", node)
-                return
-        raise base.SchedulerError(f"node {node}: changed concurrently {CONFLICT_RETRIES} times; not resumed")
-
-    async def _get_node(self, node: str) -> common.Obj:
-        try:
-            return await self._json(self._core.read_node(node, _preload_content=False))
-        except ApiException as exc:
-            raise base.SchedulerError(f"node {node}: {exc.status} {exc.reason}") from exc
-
-    async def _patch_node(self, node: str, patch: common.Obj) -> bool:
-        """Apply; False on a 409 (re-read and retry)."""
-        try:
-            await self._core.patch_node(node, patch, _content_type=MERGE)  # type: ignore[call-arg]  # **kwargs option
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise base.SchedulerError(f"node {node}: {exc.status} {exc.reason}: {exc.body!r}") from exc
-        return True
+        await self._nodes.lift(node)
 
     async def list_nodes(self) -> list[workloads.NodeSnapshot]:
         data = await self._json(self._core.list_node(_preload_content=False))

@@ -22,6 +22,7 @@ from trainguard.detect import catalog as catalog_mod
 from trainguard.engine import assemble as engine_assemble
 from trainguard.k8s import kube_signals as kube_signals_mod
 from trainguard.k8s import slinky_nodes
+from trainguard.k8s.kubejobs import scheduler as kube_scheduler
 from trainguard.k8s.kubejobs import wiring as kube_wiring
 from trainguard.observe import notify
 from trainguard.schedulers import base, composite, factory
@@ -63,7 +64,9 @@ async def open_parts(shell: Shell) -> None:
     if config.loki is not None and shell.log_client is None:
         shell.log_books, shell.log_client = loki_book.books(config.loki)
     if "kubernetes" in {p.strip() for p in config.scheduler.split(",")} and shell.kube_signals is None:
-        shell.kube_signals = await kube_signals_mod.open_signals()
+        kube = next((s for s in opened if isinstance(s, kube_scheduler.KubeScheduler)), None)
+        shell.kube_signals = await kube_signals_mod.open_signals(
+            ended=(lambda t: kube.ended_pods(t.namespace, t.kind, t.name)) if kube is not None else None)
         shell.log_books = kube_signals_mod.routed(shell.kube_signals.log_books, shell.log_books)
 
 
