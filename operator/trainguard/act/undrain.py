@@ -195,8 +195,8 @@ class Undrainer:
         except Exception as exc:  # any failure is recorded on the row; the other nodes are still swept
             logger.warning("resume of %s (drained by %s) failed: %s", node, drain.workload, exc)
             return await self._finish(row, actions.ActionStatus.FAILED, str(exc)[:1000])
-        logger.info("resumed %s: drained by us for %s %.0f s ago (undrainAfter %.0f s)", node, drain.workload,
-                    now - drain.updated_at, rule.after_s)
+        logger.info("resumed %s: drained by us for %s %.0f s ago (%s)", node, drain.workload,
+                    now - drain.updated_at, "cleared by a person" if cleared else f"undrainAfter {rule.after_s:.0f} s")
         return await self._finish(row, actions.ActionStatus.DONE, "")
 
     async def undo(self, node: str, *, by: str) -> actions.ActionRecord:

@@ -7,6 +7,8 @@ SQLite audit store, so the undrainer reads exactly the rows production writes.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tests.support import fake_scheduler
@@ -294,8 +296,9 @@ async def test_a_node_held_for_repair_is_never_resumed_by_time_and_a_persons_cle
 
 async def test_a_clearance_returns_a_node_before_undrain_after_and_even_without_it(
     make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
-    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler,
+    manual_clock: clock.ManualClock, scheduler: fake_scheduler.FakeScheduler, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger=undrain.__name__)  # the resume's log line is formatted, whatever ran before
     await _drain(make_executor, store, advise, manual_clock)
     never = undrain.UndrainRule(after_s=None, mode=vocab.Mode.ACTION)
     sweeper = _undrainer(scheduler, store, manual_clock, {"default": never})
@@ -304,6 +307,7 @@ async def test_a_clearance_returns_a_node_before_undrain_after_and_even_without_
                             reason="false alarm")
     [row] = await sweeper.sweep()
     assert row.status is actions.ActionStatus.DONE and _resumes(scheduler) == ["node2"]
+    assert any("resumed node2" in m and "cleared by a person" in m for m in caplog.messages), caplog.messages
 
 
 async def test_a_node_someone_else_took_over_or_resumed_shows_in_the_lifecycle(
