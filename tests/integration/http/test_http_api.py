@@ -24,7 +24,7 @@ from trainguard.http import api, auth, common, openapi
 from trainguard.http import app as http_app
 from trainguard.model import anomalies, clock, verdicts, vocab
 from trainguard.policy import loader
-from trainguard.schedulers import factory
+from trainguard.schedulers import runner, slurm_local
 from trainguard.store import audit, database, tables
 
 T0 = 1_800_000_000.0
@@ -120,9 +120,11 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 def engine_on(store: audit.AuditStore, *, allow_action: bool) -> engine_mod.Engine:
     """A real engine (never started: the API only reads its policies and runtimes) over the real
-    slurm-local adapter, which is not called by these tests."""
+    slurm-local adapter, which is not called by these tests: its runner may run no command at all, so
+    these tests need no Slurm installed (a call would fail, not reach a cluster)."""
+    scheduler = slurm_local.SlurmCommandScheduler(runner.LocalRunner(binaries=()), name="slurm-local")
     return engine_mod.Engine(
-        factory.open_scheduler("slurm-local", env={}), store, loader.parse_text(POLICIES), catalog_mod.load_catalog(),
+        scheduler, store, loader.parse_text(POLICIES), catalog_mod.load_catalog(),
         clock_=clock.SystemClock(), settings=settings_mod.EngineSettings(allow_action=allow_action))
 
 
