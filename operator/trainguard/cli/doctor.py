@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
 from collections.abc import Awaitable
 from typing import Any
@@ -161,7 +162,8 @@ async def _slinky(namespace: str, *, call_s: float) -> list[Any]:
     try:
         api = await client.load_api_client()
     except Exception as exc:  # the library raises its own ConfigException, OSError, ValueError...
-        return [report.fail("slinky", f"no Kubernetes credentials: {type(exc).__name__}: {exc}",
+        where = "the pod's ServiceAccount" if client.in_cluster() else os.environ.get("KUBECONFIG") or "~/.kube/config"
+        return [report.fail("slinky", f"no Kubernetes credentials from {where}: {type(exc).__name__}: {exc}",
                             "set KUBECONFIG to the cluster that runs Slinky, or run doctor in the operator's pod")]
     api.timeout_s = call_s
     try:
