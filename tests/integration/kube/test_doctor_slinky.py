@@ -11,6 +11,7 @@ and their Nodes are objects as slinky creates them (``<nodeset>-<ordinal>``, the
 
 - everything in place: every ``slinky.*`` check ok, doctor exits 0;
 - slurm-operator v0.4.1 (before the cordon -> drain sync of v1.0.0-rc1): ``slinky.version`` fails;
+- slurm-operator with no available replica, a slurmd pod not scheduled: warnings, exit 0;
 - no CRDs: ``slinky.crds`` fails;
 - a ServiceAccount that may list the pods and read the nodes but not patch them: ``slinky.rbac`` fails
   and names ``patch nodes``;
@@ -89,8 +90,8 @@ class Slinky:
     namespace: str
     operator_namespace: str
 
-    def operator(self, tag: str) -> None:
-        """slurm-operator's Deployment as its Helm chart names and labels it, shown available."""
+    def operator(self, tag: str, *, available: bool = True) -> None:
+        """slurm-operator's Deployment as its Helm chart names and labels it, shown available (or not)."""
         labels = {"app.kubernetes.io/name": slinky_probe.OPERATOR_NAME, "app.kubernetes.io/instance": "slurm-operator"}
         _apply(self.api, {
             "apiVersion": "apps/v1", "kind": "Deployment",
@@ -99,6 +100,8 @@ class Slinky:
             "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
                 "metadata": {"labels": labels},
                 "spec": {"containers": [{"name": "manager", "image": f"{IMAGE}:{tag}"}]}}}})
+        if not available:
+            return
         _ok(self.api.kubectl("patch", "deployment", "slurm-operator", "-n", self.operator_namespace,
                              "--subresource=status", "--type=merge", "-p", json.dumps({"status": {
                                  "replicas": 1, "readyReplicas": 1, "availableReplicas": 1}})))
@@ -168,6 +171,24 @@ def test_a_slurm_operator_before_the_cordon_sync_fails(world: Slinky, monkeypatc
     assert status == "fail" and "0.4.1" in message and "predates 1.0.0-rc1" in message, message
     assert "upgrade slurm-operator" in run.check("slinky.version")["fix"]
     assert run.failed() == ["slinky.version"] and run.code == 1
+
+
+@pytest.mark.usefixtures("slinky_crds")
+def test_an_operator_not_running_and_an_unscheduled_pod_are_warnings(world: Slinky, monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    world.operator("v1.0.1", available=False)
+    _apply(world.api, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "slinky-2", "namespace": world.namespace,
+        "labels": {"app.kubernetes.io/name": "slurmd", slinky.POD_HOSTNAME_LABEL: "slinky-2"}},
+        "spec": {"hostname": "slinky-2", "automountServiceAccountToken": False,
+                 "containers": [{"name": "slurmd", "image": "ghcr.io/slinkyproject/slurmd:25.11"}]}})
+    run = world.doctor(monkeypatch, tmp_path)
+    found = _slinky(run)
+    assert found["slinky.operator"][0] == "warn" and "0/1 available" in found["slinky.operator"][1], found
+    assert found["slinky.version"][0] == "ok" and "v1.0.1" in found["slinky.version"][1], found
+    assert found["slinky.pods"][0] == "warn", found
+    assert "2 of 3 slurmd pods" in found["slinky.pods"][1] and "not scheduled: slinky-2" in found["slinky.pods"][1]
+    assert run.code == 0, run.failed()
 
 
 def test_without_slurm_operators_crds_doctor_fails(world: Slinky, monkeypatch: pytest.MonkeyPatch,
