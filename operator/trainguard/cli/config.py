@@ -433,6 +433,9 @@ class DoctorSettings(Settings):
                                      json_schema_extra=_flag(metavar="FILE"))
     check_timeout: float = Field(10.0, gt=0, description="seconds one check may take before it is reported as "
                                  "failed", json_schema_extra=_flag(metavar="SECONDS"))
+    slinky_namespace: str | None = Field(None, description="namespace of a Slinky cluster's slurmd pods: checks "
+                                         "slurm-operator (CRDs, Deployment, version) and the cordon path (KUBECONFIG)",
+                                         json_schema_extra=_flag(metavar="NS"))
 
     @field_validator("policy", "ssh_key", mode="before")
     @classmethod

@@ -5,8 +5,9 @@ checks each configured part: the policy and pattern files load; the scheduler an
 slurmctld is configured as the loop needs (``JobRequeue``, ``AccountingStoreFlags``); slurmrestd's
 version and token; the audit database (connect, schema revision, writable); VictoriaLogs / Loki
 (reachable, auth, version, the fields that map lines to jobs, the newest line's age); Prometheus /
-VictoriaMetrics (version, DCGM metrics per node, hostname label vs scheduler node names). What is
-not configured is a warning that says so, never a failure.
+VictoriaMetrics (version, DCGM metrics per node, hostname label vs scheduler node names); with
+``--slinky-namespace``, SchedMD's slurm-operator and the cordon path (``k8s.slinky_probe``, with this
+process's Kubernetes credentials). What is not configured is a warning that says so, never a failure.
 
 Output: a table (status, check, message, and how to fix each warning or failure), or with
 ``--format json`` one JSON object ``{"checks": [{"name", "status", "message", "fix"?, "details"?}]}``.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
 from collections.abc import Awaitable
 from typing import Any
@@ -143,9 +145,32 @@ async def run_checks(cfg: config.DoctorSettings) -> list[Any]:
         else:
             tasks.append(_constant([_unset("prometheus", "TRAINGUARD_PROMETHEUS_URL / --prometheus-url",
                                            "no GPU evidence from DCGM metrics")]))
+        if cfg.slinky_namespace:
+            namespace = cfg.slinky_namespace
+            tasks.append(report.guarded("slinky", lambda: _slinky(namespace, call_s=timeout), group))
         for found in await asyncio.gather(*tasks):
             checks.extend(found)
     return checks
+
+
+async def _slinky(namespace: str, *, call_s: float) -> list[Any]:
+    """slurm-operator and the cordon path (``k8s.slinky_probe``), with this process's Kubernetes
+    credentials (in a pod its ServiceAccount, else ``$KUBECONFIG``), each API call within ``call_s``."""
+    from trainguard.doctor import report
+    from trainguard.k8s import client, slinky_probe
+
+    try:
+        api = await client.load_api_client()
+    except Exception as exc:  # the library raises its own ConfigException, OSError, ValueError...
+        where = "the pod's ServiceAccount" if client.in_cluster() else os.environ.get("KUBECONFIG") or "~/.kube/config"
+        return [report.fail("slinky", f"no Kubernetes credentials from {where}: {type(exc).__name__}: {exc}",
+                            "set KUBECONFIG to the cluster that runs Slinky, or run doctor in the operator's pod")]
+    api.timeout_s = call_s
+    try:
+        findings = await slinky_probe.probe(api, namespace)
+    finally:
+        await api.close()
+    return [report.Check(f.name, f.status, f.message, f.fix) for f in findings]
 
 
 def _loki_headers(cfg: config.DoctorSettings) -> dict[str, str]:

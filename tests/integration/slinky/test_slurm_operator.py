@@ -5,15 +5,19 @@ wrote each Slurm node's comment; the Slurm nodes are live host slurmd processes.
 (``k8s/slinky.py``) maps them, and its cordon (reason annotation and ``unschedulable`` in one write)
 makes slurm-operator drain the Slurm node with ``slurm-operator: <our reason>``; our uncordon makes
 it return the node to service. The slurmrestd adapter speaks v0.0.44 to the same slurmrestd.
+``trainguard doctor --slinky-namespace`` finds the operator's CRDs, its NodeSet pods on their nodes
+and the cordon's permissions.
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from tests.support import slinky as sl
+from tests.support.doctor import migrated_sqlite, run_doctor
 from trainguard.k8s import client, slinky
 from trainguard.model import workloads
 from trainguard.schedulers import slurm_rest
@@ -89,3 +93,20 @@ def test_the_rest_adapter_speaks_v0_0_44_to_the_slurmrestd_slurm_operator_uses(
     assert env["SLURMRESTD_URL"] == "http://127.0.0.1:6820" and env["SLURM_VERSION"].startswith("26.05.")
     assert version == "v0.0.44"
     assert sorted(n.name for n in nodes) == list(sl.SLURM_NODES)
+
+
+def test_doctor_finds_slurm_operators_crds_pods_and_cordon_path(slinky_cluster: sl.SlinkyCluster,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """``doctor --slinky-namespace`` against the real operator's CRDs and NodeSet pods. Here slurm-operator
+    runs as a host process, not a Deployment: ``slinky.operator`` and ``slinky.version`` can only warn."""
+    run = run_doctor(monkeypatch, "--slinky-namespace", sl.NAMESPACE,
+                     env={"KUBECONFIG": str(slinky_cluster.kube.kubeconfig),
+                          "TRAINGUARD_DB_URL": migrated_sqlite(tmp_path)})
+    found = {c["name"]: c for c in run.checks if c["name"].startswith("slinky.")}
+    assert {name: c["status"] for name, c in found.items()} == {
+        "slinky.crds": "ok", "slinky.operator": "warn", "slinky.version": "warn", "slinky.pods": "ok",
+        "slinky.rbac": "ok"}, found
+    assert "controllers" in found["slinky.crds"]["message"] and "nodesets" in found["slinky.crds"]["message"]
+    assert f"{len(sl.SLURM_NODES)} of {len(sl.SLURM_NODES)} slurmd pods" in found["slinky.pods"]["message"]
+    assert not [name for name in run.failed() if name.startswith("slinky.")], run.failed()

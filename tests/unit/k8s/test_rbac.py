@@ -35,7 +35,8 @@ from trainguard.k8s import operator, rbac
 pytestmark = pytest.mark.unit
 
 K8S = Path(rbac.__file__).parent
-FEATURE_OF_MODULE = {"slinky.py": "slinky", "slinky_nodes.py": "slinky", "lease.py": "peering",
+FEATURE_OF_MODULE = {"slinky.py": "slinky", "slinky_nodes.py": "slinky", "slinky_probe.py": "slinky",
+                     "lease.py": "peering",
                      "shard_leases.py": "peering",
                      "podlogs.py": "kubernetes", "pods.py": "kubernetes", "node_conditions.py": "kubernetes",
                      "kube_signals.py": "kubernetes"}
