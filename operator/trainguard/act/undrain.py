@@ -27,6 +27,12 @@ A Slurm exclusion is the job's own ``ExcNodeList`` and nobody else's: nothing to
 Every resume is an action row (``resume_node:<node>``) under the advice generation that drained
 the node: the intent is committed before the scheduler is touched, and the unique key makes it
 happen at most once per drain, across restarts.
+
+With a policy's ``exclusion.validation`` and a scheduler that can run a check (``ports.NodeValidator``),
+the return that has come (by time or a person's return) goes through ``act.validate`` instead: the site's
+check must pass before the node is back. A round under way goes on whatever the time rule says (and waits
+while actions are off); a person's undo through the API is refused while it runs. Under a scheduler without
+the operations the node returns by these rules alone, and its resume row says the check was unsupported.
 """
 
 from __future__ import annotations
@@ -232,6 +238,8 @@ class Undrainer:
         if existing is not None and existing.status is not actions.ActionStatus.INTENT:
             raise NotOurs(f"our drain of {node} is already settled ({existing.status.value}"
                           f"{': ' + existing.error if existing.error else ''})")
+        if self._validation is not None and await self._validation.active(node, drain):
+            raise NotOurs(f"a validation of {node} is under way: it returns the node when its check passes")
         why_not = await self._not_ours(node)
         if why_not:
             raise NotOurs(why_not)

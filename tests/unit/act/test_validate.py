@@ -331,3 +331,16 @@ async def test_a_scheduler_without_validation_returns_by_time_and_says_so(
     assert (row.step, row.status) == ("resume_node:node2", actions.ActionStatus.DONE)
     assert row.args["validation"] == "unsupported by fake: returned by the time rule alone"
     assert _ops(scheduler) == ["drain_node", "resume_node"]
+
+
+async def test_a_persons_undo_is_refused_while_a_round_is_under_way(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: FakeValidator,
+) -> None:
+    sweeper, _ = await _start(make_executor, store, advise, manual_clock, scheduler)
+    with pytest.raises(undrain.NotOurs, match="validation of node2 is under way"):
+        await sweeper.undo("node2", by="carol")
+    assert scheduler.reservations == {"node2"} and RESUME_STEP_NODE2 not in await _steps(store)
+
+
+RESUME_STEP_NODE2 = undrain.RESUME_STEP + "node2"
