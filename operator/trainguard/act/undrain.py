@@ -139,6 +139,8 @@ class Undrainer:
     async def _repeat_offender(self, node: str, drain: actions.ActionRecord, window_s: float) -> bool:
         """Whether ``drain`` took the node out again within ``window_s`` of our last return of it; if so the
         lifecycle holds it for repair (once), and no rule of time resumes it until a person clears it."""
+        if drain.step.startswith("validate_"):
+            return False  # our drain again after a check without a pass: not a new incident of the node
         history = await self._ledger.node_transitions(node)
         back = [t for t in history if t.event is lifecycle.NodeEvent.RESUMED and t.at < drain.updated_at]
         if not back or drain.updated_at - back[-1].at > window_s:

@@ -10,6 +10,7 @@ scheduler is the in-memory fake of our own Protocols, here with the validation o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -344,3 +345,33 @@ async def test_a_persons_undo_is_refused_while_a_round_is_under_way(
 
 
 RESUME_STEP_NODE2 = undrain.RESUME_STEP + "node2"
+
+
+async def test_our_drain_again_after_an_inconclusive_check_is_no_new_incident(
+    make_executor: executor.Executor, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock, scheduler: FakeValidator,
+) -> None:
+    rule = dataclasses.replace(VALIDATING, lemon_window_s=24 * HOUR)
+    sweeper = _sweeper(scheduler, store, manual_clock, {"default": rule})
+    await _drain(make_executor, store, advise, manual_clock)
+    manual_clock.advance(HOUR + 1)
+    [row] = await sweeper.sweep()
+    scheduler.end(str(row.args["job_id"]), checks.CheckPhase.PASSED, code=0, state="COMPLETED")
+    await sweeper.sweep()
+    assert (await _state(store)).state is lifecycle.NodeState.IN_SERVICE
+    manual_clock.advance(HOUR)
+    item = advise(vocab.AdviceAction.STOP, drain_nodes=["node2"], generation=2,  # out again within the window
+                  deadline=manual_clock.now() + 300)
+    await store.record_advice(item, at=manual_clock.now())
+    assert await make_executor.reconcile(item) is vocab.Disposition.CONVERGED
+    await sweeper.sweep()
+    assert (await _state(store)).event is lifecycle.NodeEvent.REPEAT_OFFENDER
+    await store.decide_node("node2", lifecycle.NodeEvent.CLEARED, by="alice", channel="cli", at=manual_clock.now(),
+                            reason="checked by hand")
+    await sweeper.sweep()  # the person's return: validated first
+    manual_clock.advance(CHECK.timeout_s)
+    await sweeper.sweep()  # no verdict in time: drained again, out of service
+    assert (await _state(store)).state is lifecycle.NodeState.OUT_OF_SERVICE
+    manual_clock.advance(HOUR + 1)
+    [row] = await sweeper.sweep()  # due again by time, not held as a repeat offender
+    assert row.step == "validate_submit:node2#2"
