@@ -9,9 +9,10 @@ cross (job snapshots, advice, action and outcome records) live in ``model``.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
-from trainguard.model import actions, advice, lifecycle, workloads
+from trainguard.model import actions, advice, checks, lifecycle, workloads
 
 
 class JobScheduler(Protocol):
@@ -46,6 +47,46 @@ class NodeScheduler(Protocol):
     async def list_nodes(self) -> list[workloads.NodeSnapshot]: ...
 
     async def resume_node(self, node: str) -> None: ...
+
+
+@runtime_checkable
+class NodeValidator(Protocol):
+    """The scheduler operations of a validation before return (``act.validate``); only schedulers that can run
+    a check pinned to one node while keeping every other job off it have them (Slurm over its commands:
+    ``schedulers.slurm_local``). Every operation is idempotent: a step repeated after a restart finds it done.
+    """
+
+    name: str
+
+    async def list_nodes(self) -> list[workloads.NodeSnapshot]: ...
+
+    async def drain_node(self, node: str, reason: str) -> None: ...
+
+    async def resume_node(self, node: str) -> None: ...
+
+    async def reserve_node(self, node: str, minutes: int) -> str:
+        """Our reservation of ``node`` from now for ``minutes`` (already there: success); its name."""
+        ...
+
+    async def unreserve_node(self, node: str) -> None:
+        """Delete our reservation of ``node``; none there is success. Never touches anyone else's."""
+        ...
+
+    async def submit_check(self, node: str, command: Sequence[str], *, tag: str, minutes: int, output_dir: str,
+                           partition: str | None) -> str:
+        """Submit the check pinned to ``node`` inside our reservation, named after ``tag`` (one per round of
+        validation); the job id."""
+        ...
+
+    async def find_check(self, tag: str) -> str | None:
+        """Our check job named after ``tag``, if one was submitted (a submit cut short by a restart)."""
+        ...
+
+    async def check_status(self, job_id: str) -> checks.CheckStatus: ...
+
+    async def cancel_check(self, job_id: str) -> None:
+        """Cancel our check job; one that already ended is success."""
+        ...
 
 
 class Ledger(Protocol):

@@ -27,6 +27,12 @@ A Slurm exclusion is the job's own ``ExcNodeList`` and nobody else's: nothing to
 Every resume is an action row (``resume_node:<node>``) under the advice generation that drained
 the node: the intent is committed before the scheduler is touched, and the unique key makes it
 happen at most once per drain, across restarts.
+
+With a policy's ``exclusion.validation`` and a scheduler that can run a check (``ports.NodeValidator``),
+the return that has come (by time or a person's return) goes through ``act.validate`` instead: the site's
+check must pass before the node is back. A round under way goes on whatever the time rule says (and waits
+while actions are off); a person's undo through the API is refused while it runs. Under a scheduler without
+the operations the node returns by these rules alone, and its resume row says the check was unsupported.
 """
 
 from __future__ import annotations
@@ -36,16 +42,18 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainguard.act import ports
+from trainguard.act import ports, validate
 from trainguard.model import actions, clock, lifecycle, vocab
 
 logger = logging.getLogger(__name__)
 
-RESUME_STEP = "resume_node:"
+RESUME_STEP = validate.RESUME_STEP
 """Step prefix of our resume of one node (``resume_node:node3``)."""
 WOULD_RESUME_STEP = "would_resume_node:"
 """Step prefix of the record of a resume that Monitor mode did not carry out."""
-OUR_PREFIX = "trainguard:"
+WOULD_VALIDATE_STEP = "would_validate_node:"
+"""Step prefix of the record of a validation (then a resume) that Monitor mode did not carry out."""
+OUR_PREFIX = validate.OUR_PREFIX
 """The tag every drain reason of ours starts with (``schedulers.base.OUR_REASON_PREFIX``; act may not
 import schedulers)."""
 
@@ -61,6 +69,9 @@ class UndrainRule:
     lemon_window_s: float | None = None
     """``exclusion.lemonNodeWindow`` in seconds: a node we take out again this soon after our return of it
     is a repeat offender, held for repair until a person clears it. None: no such rule."""
+    validation: validate.Check | None = None
+    """``exclusion.validation``: the check the node must pass before its return (``act.validate``); None:
+    the node returns without one."""
 
 
 class NotOurs(Exception):
@@ -85,8 +96,10 @@ class Undrainer:
     """Resumes our drained nodes once their policy's time has passed; one per engine."""
 
     def __init__(self, scheduler: ports.NodeScheduler, ledger: ports.Ledger, clock_: clock.Clock,
-                 rule_of: RuleOf) -> None:
+                 rule_of: RuleOf, *, validator: ports.NodeValidator | None = None) -> None:
         self._scheduler = scheduler
+        self._validation = validate.Validation(validator, ledger, clock_) if validator is not None else None
+        """Runs the policies' checks; None: the scheduler cannot run one, nodes return by the rules alone."""
         self._ledger = ledger
         self._clock = clock_
         self._rule_of = rule_of
@@ -126,6 +139,8 @@ class Undrainer:
     async def _repeat_offender(self, node: str, drain: actions.ActionRecord, window_s: float) -> bool:
         """Whether ``drain`` took the node out again within ``window_s`` of our last return of it; if so the
         lifecycle holds it for repair (once), and no rule of time resumes it until a person clears it."""
+        if drain.step.startswith("validate_"):
+            return False  # our drain again after a check without a pass: not a new incident of the node
         history = await self._ledger.node_transitions(node)
         back = [t for t in history if t.event is lifecycle.NodeEvent.RESUMED and t.at < drain.updated_at]
         if not back or drain.updated_at - back[-1].at > window_s:
@@ -163,6 +178,11 @@ class Undrainer:
         rule = await self._rule(key)
         if rule is None:
             return None
+        check = rule.validation if self._validation is not None else None
+        if check is not None and self._validation is not None and await self._validation.active(node, drain):
+            if rule.mode is not vocab.Mode.ACTION:
+                return None  # a round under way waits while actions are off; its timeout still counts
+            return await self._validation.advance(node, drain, check)
         now = self._clock.now()
         state = await self._ledger.node_state(node)
         if state is not None and state.state is lifecycle.NodeState.HELD_FOR_REPAIR:
@@ -177,17 +197,21 @@ class Undrainer:
         if await self._down(node):
             return None  # waits until the node is up (module doc)
         if rule.mode is not vocab.Mode.ACTION:
-            if (*key, WOULD_RESUME_STEP + node) in done:
+            would = WOULD_VALIDATE_STEP if check is not None else WOULD_RESUME_STEP
+            if (*key, would + node) in done:
                 return None
-            note = f"Monitor mode: would resume {node}, drained by us {now - drain.updated_at:.0f} s ago (undrainAfter)"
-            return await self._record(drain, WOULD_RESUME_STEP + node, actions.ActionStatus.SKIPPED, rule=rule,
-                                      node=node, note=note)
+            verb = f"validate ({check.command[0]}) and then resume" if check is not None else "resume"
+            note = f"Monitor mode: would {verb} {node}, drained by us {now - drain.updated_at:.0f} s ago (undrainAfter)"
+            return await self._record(drain, would + node, actions.ActionStatus.SKIPPED, rule=rule, node=node,
+                                      note=note)
         why_not = await self._not_ours(node)
         if why_not and resumed is not None:  # our intent from before a restart: settle it by what the node shows
             return await self._finish(resumed, actions.ActionStatus.SKIPPED, why_not)
         if why_not:
             return await self._record(drain, RESUME_STEP + node, actions.ActionStatus.SKIPPED, rule=rule, node=node,
                                       note=why_not)
+        if check is not None and self._validation is not None and resumed is None:
+            return await self._validation.advance(node, drain, check)
         row = resumed or await self._record(drain, RESUME_STEP + node, actions.ActionStatus.INTENT, rule=rule,
                                             node=node, note="")
         try:
@@ -216,6 +240,8 @@ class Undrainer:
         if existing is not None and existing.status is not actions.ActionStatus.INTENT:
             raise NotOurs(f"our drain of {node} is already settled ({existing.status.value}"
                           f"{': ' + existing.error if existing.error else ''})")
+        if self._validation is not None and await self._validation.active(node, drain):
+            raise NotOurs(f"a validation of {node} is under way: it returns the node when its check passes")
         why_not = await self._not_ours(node)
         if why_not:
             raise NotOurs(why_not)
@@ -270,10 +296,14 @@ class Undrainer:
                       rule: UndrainRule, node: str, note: str) -> actions.ActionRecord:
         if note and status is not actions.ActionStatus.INTENT:
             logger.info("%s", note)
+        args: dict[str, Any] = {"node": node, "drained_at": drain.updated_at, "undrain_after_s": rule.after_s}
+        if rule.validation is not None and self._validation is None:
+            logger.warning("%s cannot run the validation check of %s's policy: %s returns without it",
+                           self._scheduler.name, node, node)
+            args["validation"] = f"unsupported by {self._scheduler.name}: returned by the time rule alone"
         return await self._ledger.begin_action(actions.ActionRecord(
             workload=drain.workload, attempt=drain.attempt, generation=drain.generation, step=step,
-            operation=actions.Operation.RESUME_NODE, status=status, error=note,
-            args={"node": node, "drained_at": drain.updated_at, "undrain_after_s": rule.after_s},
+            operation=actions.Operation.RESUME_NODE, status=status, error=note, args=args,
         ), at=self._clock.now())
 
     async def _finish(self, row: actions.ActionRecord, status: actions.ActionStatus, error: str

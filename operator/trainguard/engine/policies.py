@@ -10,7 +10,7 @@ overrides and mode override; the mode it acts in follows the one rule ``act.swit
 from __future__ import annotations
 
 from trainguard.act import switch as switch_mod
-from trainguard.act import undrain
+from trainguard.act import undrain, validate
 from trainguard.detect import catalog as catalog_mod
 from trainguard.detect import matcher as matcher_mod
 from trainguard.engine import runtime
@@ -105,11 +105,14 @@ class PolicyResolver:
         return self._matchers[key]
 
     def undrain_rule(self, policy_name: str, paused: str | None) -> undrain.UndrainRule | None:
-        """``exclusion.undrainAfter``, ``lemonNodeWindow`` (repeat offenders) and the effective mode of the
-        policy that drained a node, while actions are ``paused`` (the reason) or not."""
+        """``exclusion.undrainAfter``, ``lemonNodeWindow`` (repeat offenders), ``validation`` (the check before
+        the return) and the effective mode of the policy that drained a node, while actions are ``paused``
+        (the reason) or not."""
         policy = self.policies.get(policy_name or None)
         if policy is None:
             return None
+        spec = policy.spec.exclusion.validation
+        check = validate.Check(tuple(spec.command), spec.timeout, spec.output_dir, spec.partition) if spec else None
         return undrain.UndrainRule(policy.spec.exclusion.undrain_after,
                                    switch_mod.effective_mode(policy.spec.mode, self.allow_action, paused),
-                                   lemon_window_s=policy.spec.exclusion.lemon_node_window)
+                                   lemon_window_s=policy.spec.exclusion.lemon_node_window, validation=check)

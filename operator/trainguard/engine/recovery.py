@@ -68,8 +68,9 @@ class RecoveryRunner:
             store_outage=lambda exc: health_mod.classify(exc) == health_mod.STORE,
             scheduler_outage=lambda exc: (health_mod.classify(exc) == health_mod.SCHEDULER
                                           and not isinstance(exc, base.JobGone | base.Unsupported)))
-        self.undrainer = undrain.Undrainer(scheduler, store, clock_,
-                                           lambda name: policies.undrain_rule(name, self.paused))
+        self.undrainer = undrain.Undrainer(
+            scheduler, store, clock_, lambda name: policies.undrain_rule(name, self.paused),
+            validator=scheduler if isinstance(scheduler, act_ports.NodeValidator) else None)
         self.paused: str | None = None
         """Why actions are off now, as the last sweep read it (node housekeeping, the gauge)."""
 

@@ -27,6 +27,18 @@ class Operation(enum.StrEnum):
     DRAIN_NODE = "drain_node"
     RESUME_NODE = "resume_node"
     """Undo our own drain (``act.undrain``): recorded under the advice generation that drained the node."""
+    RESERVE_NODE = "reserve_node"
+    """Validation (``act.validate``): our reservation of the node, so no user job lands on it while it is checked."""
+    RESUME_RESERVED = "resume_reserved"
+    """Validation: resume our drained node inside our reservation (a drained node runs no job, not even ours)."""
+    SUBMIT_CHECK = "submit_check"
+    """Validation: the site's check submitted as a job pinned to the node in our reservation."""
+    CANCEL_CHECK = "cancel_check"
+    """Validation: cancel our check job that gave no verdict in time."""
+    VALIDATE_NODE = "validate_node"
+    """Validation: the verdict of one round (passed, failed, inconclusive, left alone), with its evidence."""
+    UNRESERVE_NODE = "unreserve_node"
+    """Validation: delete our reservation once the node is drained again (failed, inconclusive, abandoned)."""
 
     @property
     def places_hold(self) -> bool:

@@ -100,10 +100,12 @@ TRANSITIONS: Mapping[tuple[NodeState, NodeEvent], NodeState] = {
     (NodeState.SUSPECT, NodeEvent.SEEN_OTHER): NodeState.OTHER,
     (NodeState.OUT_OF_SERVICE, NodeEvent.SEEN_OTHER): NodeState.OTHER,
     (NodeState.HELD_FOR_REPAIR, NodeEvent.SEEN_OTHER): NodeState.OTHER,
+    (NodeState.VALIDATING, NodeEvent.SEEN_OTHER): NodeState.OTHER,
     (NodeState.OTHER, NodeEvent.SEEN_OTHER): NodeState.OTHER,
     (NodeState.OTHER, NodeEvent.SEEN_BACK): NodeState.IN_SERVICE,
     (NodeState.OUT_OF_SERVICE, NodeEvent.SEEN_BACK): NodeState.IN_SERVICE,
     (NodeState.HELD_FOR_REPAIR, NodeEvent.SEEN_BACK): NodeState.IN_SERVICE,
+    (NodeState.VALIDATING, NodeEvent.SEEN_BACK): NodeState.IN_SERVICE,
 }
 """Every allowed (state, event) -> next state; any other pair is refused. Notably refused: a resume of a
 node held for repair (only a person's ``CLEARED`` lets it out of held), a hold of a node that is in

@@ -16,6 +16,7 @@ Checks (each finding names the field, in the camelCase the YAML uses):
 * ``exclusion.drainLemonNodes`` without ``drainNode`` or ``cordonNode`` allowed, or with
   ``blastRadius.maxDrainedShare`` 0, or with ``lemonNodeThreshold`` 1 (every suspect is a lemon);
 * ``exclusion.excludeOnHardware`` with ``maxExcludedNodesPerJob`` 0: nothing is ever excluded;
+* ``exclusion.validation`` without ``drainLemonNodes``: no node of the policy is drained, no check runs;
 * ``detection.hangTimeout`` not longer than ``detection.settle``: a hang would be declared
   before the crash cascade that explains it has been read;
 * ``mode: Action`` with ``blastRadius.maxActionsPerHour`` 0: every action is blocked;
@@ -81,6 +82,12 @@ def contradictions(policy: model.RecoveryPolicy) -> list[Finding]:
                 "spec.exclusion.lemonNodeThreshold",
                 "is 1 with drainLemonNodes on: the suspect node of any single failure is drained",
             ))
+    if exclusion.validation is not None and not exclusion.drain_lemon_nodes:
+        found.append(Finding(
+            "spec.exclusion.validation",
+            "names a check but drainLemonNodes is off: this policy never drains a node on Slurm, so the check "
+            "never runs (Kubernetes exclusions return without a check: validation runs on Slurm only)",
+        ))
     if exclusion.exclude_on_hardware and exclusion.max_excluded_nodes_per_job == 0:
         found.append(Finding(
             "spec.exclusion.maxExcludedNodesPerJob",

@@ -19,18 +19,15 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from trainguard.model import openapi, patterns, user_regex, vocab
-from trainguard.policy import durations
+from trainguard.policy import fields
+from trainguard.policy import validation as validation_mod
 
 API_VERSION = "trainguard.dev/v1alpha1"
 """apiVersion of the RecoveryPolicy CRD. The API group ``trainguard.dev`` is public: manifests in users'
@@ -42,20 +39,9 @@ DEFAULT_CHECKPOINT_REGEX = r"(?i)(saved checkpoint|saving checkpoint|checkpoint 
 """Matches ``saved checkpoint``/``Saving checkpoint``/``successfully saved checkpoint`` lines (Megatron,
 NeMo, Lightning, torch DCP wrappers). ``Saving`` counts because frameworks often print nothing after it."""
 
-Duration = Annotated[
-    float,
-    BeforeValidator(durations.parse),
-    PlainSerializer(durations.format_seconds, return_type=str),
-    WithJsonSchema({"type": "string", "pattern": durations.PATTERN}),
-]
-"""A duration string in files and CRDs, float seconds in Python."""
-
-
-def _duration(text: str) -> Any:
-    """A duration default, kept as text so the schema shows ``30m``; checked at import (typed Any
-    because pydantic validates it into float seconds)."""
-    durations.parse(text)
-    return text
+Duration = fields.Duration
+"""A duration string in files and CRDs, float seconds in Python (``policy.fields``)."""
+_duration = fields.duration_default
 
 
 Regex = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(user_regex.check)]
@@ -72,10 +58,7 @@ class ActionName(enum.StrEnum):
     CORDON_NODE = "cordonNode"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
-    )
+_Section = fields.Section
 
 
 class Selector(_Section):
@@ -281,6 +264,11 @@ class Exclusion(_Section):
         "if its drain reason is still ours (a node a person drained or re-labelled is never resumed). "
         "Null: never; our drained nodes stay drained until a person resumes them. A day gives an "
         "operator a working day to look; a node that fails again is a lemon again and is drained again.",
+    )
+    validation: validation_mod.Validation | None = Field(
+        default=None,
+        description="A check the node must pass before we return it (the time rule's or a person's return); "
+        "null: the node returns without a check. Slurm schedulers only (docs/policy.md).",
     )
 
 

@@ -25,8 +25,9 @@ DEFAULT_TIMEOUT = 30.0
 """Seconds one scheduler command may take. scontrol answers in milliseconds; a slurmctld that
 is restarting may take ~10 s; past 30 s the caller is better served by an error."""
 
-SLURM_BINARIES = ("scontrol", "squeue", "scancel")
-"""The commands the Slurm CLI transport runs; nothing else may be executed."""
+SLURM_BINARIES = ("scontrol", "squeue", "scancel", "sbatch")
+"""The commands the Slurm CLI transport runs; nothing else may be executed. ``sbatch`` submits only the
+site's validation check (``slurm_commands.argv_submit_check``), part of every Slurm client install."""
 
 
 @dataclass(frozen=True, slots=True)

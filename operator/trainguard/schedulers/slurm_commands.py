@@ -103,19 +103,44 @@ def argv_delete_reservation(name: str) -> list[str]:
     return ["scontrol", "delete", f"ReservationName={validate_reservation(name)}"]
 
 
+CHECK_JOB_PREFIX = "trainguard-validate-"
+"""Name prefix of our check jobs; the rest is the round's tag (``check_job_name``)."""
+
+
+def check_job_name(tag: str) -> str:
+    if not re.match(r"^[A-Za-z0-9]{1,64}$", tag):
+        raise ValueError(f"bad check tag {tag!r}")
+    return CHECK_JOB_PREFIX + tag
+
+
+def check_output(output_dir: str, node: str) -> str:
+    """The check's output file in ``output_dir`` (``%j``: Slurm puts in the job id)."""
+    if not re.match(r"^/[A-Za-z0-9._/+@=-]{0,1023}$", output_dir):
+        raise ValueError(f"bad output directory {output_dir!r}")
+    return f"{output_dir.rstrip('/')}/trainguard-validate-{validate_node(node)}-%j.out"
+
+
 def argv_submit_check(command: Sequence[str], *, reservation: str, node: str, minutes: int, output: str,
-                      partition: str | None = None) -> list[str]:
+                      tag: str, workdir: str | None = None, partition: str | None = None) -> list[str]:
     """``sbatch`` of the site's check, pinned to ``node`` inside our reservation. ``command`` is the check's
     argv: its first word a script (``#!`` first line, as sbatch requires) run with the rest as arguments;
     no shell of ours is involved and no word is interpolated into one."""
     if not command or minutes < 1:
         raise ValueError("a check needs a command and a time limit")
+    if any("\n" in word or "\x00" in word for word in [*command, output, workdir or ""]):
+        raise ValueError("a word of the check contains a newline or NUL")
     argv = ["sbatch", "--parsable", f"--reservation={validate_reservation(reservation)}",
             f"--nodelist={validate_node(node)}", "--nodes=1", f"--time={minutes}", f"--output={output}",
-            "--job-name=trainguard-validate"]
+            f"--job-name={check_job_name(tag)}"]
+    if workdir:
+        argv.append(f"--chdir={workdir}")
     if partition:
         argv.append(f"--partition={validate_node(partition)}")
     return [*argv, *command]
+
+
+def argv_show_reservation(name: str) -> list[str]:
+    return ["scontrol", "-o", "show", "reservation", validate_reservation(name)]
 
 
 def our_reason(reason: str) -> str:

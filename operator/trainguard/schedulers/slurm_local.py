@@ -14,13 +14,15 @@ node that is already drained, resume of a node that is not drained. "Invalid job
 
 from __future__ import annotations
 
+import asyncio
+import getpass
 import json
 import logging
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from trainguard.model import workloads
+from trainguard.model import checks, workloads
 from trainguard.schedulers import base, runner, slurm_cli, slurm_commands
 
 logger = logging.getLogger(__name__)
@@ -31,8 +33,11 @@ _VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 class SlurmCommandScheduler:
     """``base.Scheduler`` over Slurm's own commands; one instance per cluster."""
 
-    def __init__(self, run: runner.Runner, *, name: str = "slurm-local", cluster: str | None = None) -> None:
+    def __init__(self, run: runner.Runner, *, name: str = "slurm-local", cluster: str | None = None,
+                 user: str | None = None) -> None:
         self.name = name
+        self.user = user or getpass.getuser()
+        """Who submits our validation checks, and so the one user our reservations admit."""
         self.runner = run
         self._cluster = cluster
         self._major: int | None = None
@@ -227,7 +232,7 @@ class SlurmCommandScheduler:
         logger.info("%s: resume %s", self.name, node)
         await self._call(slurm_commands.argv_node_state(node, "RESUME"))
 
-    # ------------------------------------------------------------ validation (building blocks)
+    # ------------------------------------------------------------ validation (act.ports.NodeValidator)
 
     async def create_reservation(self, node: str, minutes: int, user: str) -> str:
         """Our maintenance reservation of ``node`` (``slurm_commands.reservation_name``); its name."""
@@ -241,15 +246,78 @@ class SlurmCommandScheduler:
         await self._call(slurm_commands.argv_delete_reservation(name), ok_if=("reservation is invalid",
                                                                              "Invalid reservation"))
 
-    async def submit_check(self, command: Sequence[str], *, reservation: str, node: str, minutes: int, output: str,
+    async def reserve_node(self, node: str, minutes: int) -> str:
+        """Our reservation of ``node`` for the user we run as (who submits the check); one already there is
+        ours by its name (a create cut short by a restart), and success."""
+        name = slurm_commands.reservation_name(node)
+        res = await self.runner.run(slurm_commands.argv_show_reservation(name))
+        if res.ok and f"ReservationName={name} " in res.stdout + " ":
+            logger.info("%s: our reservation %s is already there", self.name, name)
+            return name
+        return await self.create_reservation(node, minutes, self.user)
+
+    async def unreserve_node(self, node: str) -> None:
+        logger.info("%s: delete our reservation of %s", self.name, node)
+        await self.delete_reservation(slurm_commands.reservation_name(node))
+
+    async def submit_check(self, node: str, command: Sequence[str], *, tag: str, minutes: int, output_dir: str,
                            partition: str | None = None) -> str:
-        """Submit the site's check pinned to ``node`` in our reservation; the job id."""
+        """Submit the site's check pinned to ``node`` in our reservation, its output (and working directory)
+        in ``output_dir``; the job id."""
+        logger.info("%s: submit the check %s on %s", self.name, command[0] if command else "", node)
         res = await self._call(slurm_commands.argv_submit_check(
-            command, reservation=reservation, node=node, minutes=minutes, output=output, partition=partition))
+            command, reservation=slurm_commands.reservation_name(node), node=node, minutes=minutes,
+            output=slurm_commands.check_output(output_dir, node), tag=tag, workdir=output_dir, partition=partition))
         return slurm_cli.validate_job_id(res.stdout.strip().split(";")[0])
+
+    async def find_check(self, tag: str) -> str | None:
+        """The newest job named after ``tag`` slurmctld still holds, in any state."""
+        name = slurm_commands.check_job_name(tag)
+        data = self._json(await self._call(slurm_commands.argv_list_jobs()))
+        ids = [int(rec["job_id"]) for rec in data.get("jobs") or []
+               if isinstance(rec, dict) and rec.get("name") == name and isinstance(rec.get("job_id"), int)]
+        return str(max(ids)) if ids else None
+
+    async def check_status(self, job_id: str) -> checks.CheckStatus:
+        """The check job's phase, exit code and output tail (read here: ``outputDir`` is shared storage)."""
+        try:
+            job = await self.get_job(job_id)
+        except base.JobGone:
+            return checks.CheckStatus(checks.CheckPhase.GONE)
+        if not job.state.finished:
+            return checks.CheckStatus(checks.CheckPhase.WAITING, state=job.state.value)
+        if job.state is workloads.JobState.COMPLETED and not job.exit_code:
+            phase = checks.CheckPhase.PASSED
+        elif job.state is workloads.JobState.FAILED and job.exit_code:
+            phase = checks.CheckPhase.FAILED
+        else:
+            phase = checks.CheckPhase.NO_VERDICT
+        tail = await asyncio.to_thread(_tail, job.stdout_path) if job.stdout_path else "no output file named"
+        return checks.CheckStatus(phase, state=job.state.value, exit_code=job.exit_code, output_tail=tail)
+
+    async def cancel_check(self, job_id: str) -> None:
+        try:
+            await self.cancel(job_id)
+        except base.JobGone:
+            logger.info("%s: check job %s is already gone", self.name, job_id)
 
     async def close(self) -> None:
         await self.runner.close()
+
+
+TAIL_BYTES = 4096
+"""How much of the end of a check's output is kept as evidence: the verdict lines, not the whole log."""
+
+
+def _tail(path: str) -> str:
+    """The last ``TAIL_BYTES`` of ``path``, or why it cannot be read here."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError as exc:
+        return f"output not readable here ({path}): {exc.strerror or exc}"
 
 
 def open_local(*, env: dict[str, str] | None = None, timeout: float = runner.DEFAULT_TIMEOUT,

@@ -132,4 +132,4 @@ def open_ssh(
     """``slurm-ssh``: the CLI scheduler with its commands run on ``host``."""
     ssh = SshRunner(host, port=port, username=username, client_keys=client_keys, known_hosts=known_hosts,
                     remote_env=remote_env, timeout=timeout)
-    return slurm_local.SlurmCommandScheduler(ssh, name=f"slurm-ssh://{host}", cluster=cluster)
+    return slurm_local.SlurmCommandScheduler(ssh, name=f"slurm-ssh://{host}", cluster=cluster, user=username)

@@ -191,7 +191,9 @@ async def _lifecycle_of(session: AsyncSession, row: tables.ActionRow, at: float)
     where = f"{row.workload} attempt {row.attempt} generation {row.generation}"
     if row.operation == actions.Operation.RESUME_NODE.value and row.args.get("node"):
         who = str(row.args.get("requested_by") or "")
-        reason = f"resumed: {'undone by ' + who if who else 'undrainAfter passed'} (our drain for {where})"
+        why = ("undone by " + who if who else "validation passed" if row.args.get("validated")
+               else "undrainAfter passed")
+        reason = f"resumed: {why} (our drain for {where})"
         await nodes.advance_in(session, str(row.args["node"]), lifecycle.NodeEvent.RESUMED, at=at, reason=reason,
                                workload=row.workload, attempt=row.attempt, evidence={"step": row.step})
         return

@@ -3,13 +3,13 @@ node we drained keeps a user's job off it while the site's check (a script that 
 command, submitted as argv, no shell of ours) runs pinned to the node inside it; the check's exit code and
 output are read back; the reservation is deleted (twice is fine) and only then the user's job runs.
 
-Not yet wired into the undrain sweep (docs/status.md "Node lifecycle"): these are the scheduler steps.
+These are the scheduler steps (``act.ports.NodeValidator``); the undrain sweep runs them in
+``test_validation_lifecycle_slurm.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import getpass
 from pathlib import Path
 
 import pytest
@@ -30,25 +30,28 @@ exit "$2"
 async def test_a_check_runs_pinned_in_our_reservation_and_user_jobs_wait_until_it_is_deleted(
         slurm_cluster: slurm.SlurmCluster, tmp_path: Path, verdict: str, code: str, state: str) -> None:
     node = slurm_cluster.nodes[-1]
-    scheduler = slurm_local.SlurmCommandScheduler(  # sbatch is not among the binaries slurm-local runs yet
-        runner.LocalRunner((*runner.SLURM_BINARIES, "sbatch"), env=slurm_cluster.client_env))
+    scheduler = slurm_local.SlurmCommandScheduler(runner.LocalRunner(env=slurm_cluster.client_env))
     check = slurm_cluster.jobs_dir / f"check-{verdict}.sh"
     check.write_text(CHECK)
     check.chmod(0o755)
-    output = slurm_cluster.jobs_dir / f"check-{verdict}-%j.out"
     name = ""
     try:
         await scheduler.drain_node(node, "suspect node (test)")
-        name = await scheduler.create_reservation(node, 10, getpass.getuser())
-        assert name == f"trainguard-validate-{node}"
+        name = await scheduler.reserve_node(node, 10)
+        assert name == f"trainguard-validate-{node}" == await scheduler.reserve_node(node, 10)  # ours: made once
         await scheduler.resume_node(node)  # a drained node runs no job, not even ours: the reservation guards it
         user_job = slurm_cluster.submit("#!/bin/sh\necho user\n", f"--nodelist={node}", "--time=2")
-        job = await scheduler.submit_check([str(check), verdict, code], reservation=name, node=node, minutes=2,
-                                           output=str(output))
+        job = await scheduler.submit_check(node, [str(check), verdict, code], tag=f"t{verdict}", minutes=2,
+                                           output_dir=str(slurm_cluster.jobs_dir))
+        assert await scheduler.find_check(f"t{verdict}") == job
         done = slurm_cluster.wait_for(job, state, timeout=60)
         assert done["NodeList"] == node and done["Reservation"] == name
         assert done["ExitCode"].startswith(f"{code}:")
-        assert f": {verdict}" in await asyncio.to_thread(Path(str(output).replace("%j", job)).read_text)
+        status = await scheduler.check_status(job)
+        assert (status.phase.value, status.exit_code) == ("passed" if code == "0" else "failed", int(code))
+        assert f": {verdict}" in status.output_tail
+        output = slurm_cluster.jobs_dir / f"trainguard-validate-{node}-{job}.out"
+        assert status.output_tail == await asyncio.to_thread(output.read_text)
         assert slurm_cluster.show(user_job)["JobState"] == "PENDING"  # kept off while we validate
 
         await scheduler.delete_reservation(name)
@@ -69,8 +72,8 @@ def test_reservation_names_and_argv_refuse_what_is_not_ours() -> None:
         slurm_commands.argv_delete_reservation("maintenance-window")
     with pytest.raises(base.SchedulerError):
         slurm_commands.argv_submit_check(["/x.sh"], reservation="trainguard-validate-n1", node="n1;rm", minutes=1,
-                                         output="/tmp/o")
+                                         output="/tmp/o", tag="abc")
     argv = slurm_commands.argv_submit_check(["/opt/check.sh", "--level", "2"], reservation="trainguard-validate-n1",
-                                            node="n1", minutes=5, output="/tmp/o")
+                                            node="n1", minutes=5, output="/tmp/o", tag="abc")
     assert argv[0] == "sbatch" and argv[-3:] == ["/opt/check.sh", "--level", "2"]
     assert "--reservation=trainguard-validate-n1" in argv and "--nodelist=n1" in argv

@@ -107,6 +107,8 @@ def test_a_name_defined_in_two_files_is_invalid_as_in_run(tmp_path: Path, capsys
           "retries": {"maxRetries": 0}, "applicationErrorAction": "stop"}, "spec.detection.throughputDropAction"),
         ({"mode": "Action", "blastRadius": {"maxActionsPerHour": 0}}, "spec.blastRadius.maxActionsPerHour"),
         ({"detection": {"hangTimeout": "1s", "settle": "1s"}}, "spec.detection.hangTimeout"),
+        ({"exclusion": {"validation": {"command": ["/opt/check.sh"], "outputDir": "/shared/tg"}}},
+         "spec.exclusion.validation"),
     ],
 )
 def test_each_contradiction(spec: dict[str, object], field: str) -> None:

@@ -135,7 +135,12 @@ def _advice(record: audit.Written) -> Event | None:
                  exclusions=excluded, reasons=reasons, policy=payload.get("policy"))
 
 
-_OPERATIONS: Final = frozenset(o.value for o in actions.Operation)
+_QUIET: Final = frozenset(o.value for o in (
+    actions.Operation.RESERVE_NODE, actions.Operation.RESUME_RESERVED, actions.Operation.SUBMIT_CHECK,
+    actions.Operation.CANCEL_CHECK, actions.Operation.UNRESERVE_NODE))
+"""The inner steps of a validation round (``act.validate``): told through its verdict (``validate_node``), the
+node's return or its new drain, and a hold (``node-validation-failed``), not one message per step."""
+_OPERATIONS: Final = frozenset(o.value for o in actions.Operation) - _QUIET
 _HELD: Final = frozenset({"node-held", "node-repeat-offender", "node-validation-failed"})
 """The lifecycle's audit operations (``store.nodes``, ``node-<event>``) that leave a node held for repair."""
 
