@@ -23,7 +23,9 @@ MAX_WORDS = 64
 Word = Annotated[str, Field(min_length=1, max_length=1024)]
 
 _PARTITION = r"^[A-Za-z0-9._-]{1,64}$"
-_PATH = r"^/[A-Za-z0-9._/+@=-]{0,1023}$"
+_PATH = r"^/[A-Za-z0-9._/+@=-]*$"
+"""No repeat count: the apiserver compiles CRD patterns with Go's regexp, which refuses counts over 1000;
+the length is ``max_length``."""
 
 
 class Validation(fields.Section):
@@ -46,7 +48,7 @@ class Validation(fields.Section):
         default=None,
         description="Partition the check job is submitted to; null: the cluster's default partition.",
     )
-    output_dir: Annotated[str, Field(pattern=_PATH)] = Field(
+    output_dir: Annotated[str, Field(pattern=_PATH, max_length=1024)] = Field(
         description="Absolute directory for the check's output (and its working directory): storage both the "
         "node and Trainguard can read at this same path (a shared file system). The output's tail is the "
         "evidence of a failure; when it cannot be read, the verdict still stands on the exit code.",

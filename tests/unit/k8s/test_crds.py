@@ -157,6 +157,23 @@ def test_schema_is_structural(kind: str) -> None:
         assert "default" not in node, path
 
 
+GO_REPEAT = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")
+
+
+@pytest.mark.parametrize("kind", ["RecoveryPolicy", "WorkloadRecovery"])
+def test_patterns_compile_under_gos_regexp(kind: str) -> None:
+    """The apiserver compiles each ``pattern`` with Go's regexp, which refuses a repeat count over 1000
+    (``{0,1023}`` made the whole CRD invalid: every apply failed); Python's ``re`` accepts it."""
+    for path, node in walk(schema_of(kind)):
+        pattern = node.get("pattern")
+        if pattern is None:
+            continue
+        re.compile(pattern)
+        for low, high in GO_REPEAT.findall(pattern):
+            assert int(low) <= 1000 and (not high or int(high) <= 1000), f"{kind}{path}: {pattern!r}"
+    assert GO_REPEAT.findall(r"^/[a-z]{0,1023}$") == [("0", "1023")]  # the rule sees what it must refuse
+
+
 def test_generator_refuses_what_a_structural_schema_cannot_say() -> None:
     from pydantic import BaseModel
 
