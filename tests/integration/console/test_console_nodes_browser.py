@@ -10,7 +10,8 @@ a token (a write and a read one, logged in through the login form).
 The page must show each node's state, reason and whose it is (text, never markup: a reason holds
 HTML); a node's history with the failed validation's evidence; filter by state; a hold made from
 the page is in the store with the person's name and reason; a hold the lifecycle refuses (a node in
-service) shows the API's refusal and writes nothing; a read-only user gets disabled buttons.
+service) shows the API's refusal and writes nothing; a read-only user gets disabled buttons, sees a
+hold made elsewhere live, and a forced click shows the API's 403.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def test_nodes_page_shows_lifecycle_history_and_a_persons_hold(served: Served, c
         context.close()
 
 
-def test_read_only_user_sees_the_lifecycle_without_decisions(served: Served, chromium: Any) -> None:
+def test_read_only_user_sees_the_lifecycle_live_without_decisions(served: Served, chromium: Any) -> None:
     context = chromium.new_context(viewport={"width": 1500, "height": 1000})
     errors: list[str] = []
     try:
@@ -216,6 +217,24 @@ def test_read_only_user_sees_the_lifecycle_without_decisions(served: Served, chr
         buttons = page.locator("#nodes-table button[data-decide]")
         assert buttons.count() > 0
         assert all(b.is_disabled() for b in buttons.all()), "a read-only user is offered a decision"
+        # a write user's hold made elsewhere reaches the page live (SSE), without a reload
+        page.evaluate("window.__sameDocument = 'still here'")
+        request = urllib.request.Request(
+            served.url + "/api/v1/nodes/gpu-a1/hold", data=json.dumps({"reason": "fan noise"}).encode(), method="POST",
+            headers={"Authorization": f"Bearer {WRITE_TOKEN}", "Content-Type": "application/json",
+                     "X-Trainguard-Request": "1"})
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+        page.locator("#nodes-table tbody tr[data-node='gpu-a1'][data-state='held-for-repair']").wait_for()
+        assert "fan noise" in page.locator("#nodes-table tbody tr[data-node='gpu-a1'] td.reason").inner_text()
+        assert page.evaluate("window.__sameDocument") == "still here", "the update came with a reload"
+        # the server decides, not the page: a forced click gets the API's 403, shown as it is
+        page.once("dialog", lambda dialog: dialog.accept("forced"))
+        page.locator("#nodes-table tbody tr[data-node='gpu-e5'] button[data-decide='hold']").evaluate(
+            "b => { b.disabled = false; b.click(); }")
+        error = page.locator("#nodes-notice .error")
+        error.wait_for()
+        assert error.inner_text().startswith("403 ") and "read role" in error.inner_text(), error.inner_text()
         assert not errors, errors
     finally:
         context.close()
