@@ -272,9 +272,11 @@ staticPodPath: ""
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 registerNode: true
-# Only pods that ask for this node land on it (a toleration): a pod of any other test, with no
-# image here to pull and no network to pull it from, would wait in ImagePullBackOff.
-registerWithTaints: [{key: trainguard.dev/real-node, value: "true", effect: NoSchedule}]
+# The scheduler keeps pods off this node unless they ask for it (PreferNoSchedule): a pod of any
+# other test, with no image here to pull and no network to pull it from, would wait in
+# ImagePullBackOff; a pod that selects the node by name (the chart's nodeSelector) still runs here
+# with no toleration.
+registerWithTaints: [{key: trainguard.dev/real-node, value: "true", effect: PreferNoSchedule}]
 maxPods: 30
 EOF
 }
@@ -375,7 +377,8 @@ rn_up() {
   done
   sim_kubectl label node "$RN_NAME" --overwrite trainguard.dev/real-node=true >/dev/null
   # the taint again: registerWithTaints applies only when the kubelet creates the Node object
-  sim_kubectl taint node "$RN_NAME" --overwrite trainguard.dev/real-node=true:NoSchedule >/dev/null ||
+  sim_kubectl taint node "$RN_NAME" trainguard.dev/real-node:NoSchedule- >/dev/null 2>&1 || true  # an older up's
+  sim_kubectl taint node "$RN_NAME" --overwrite trainguard.dev/real-node=true:PreferNoSchedule >/dev/null ||
     tg_die "cannot taint $RN_NAME"
   rn_storage_yaml | sim_kubectl apply -f - >/dev/null || tg_die "cannot create the StorageClass"
   start provisioner "$(rn_pidfile provisioner)" "$LOGS/real-node-provisioner.log" \

@@ -25,7 +25,8 @@ BUSYBOX_IMAGE = "localhost/trainguard-busybox:1"
 OPERATOR_IMAGE = "trainguard:dev"
 STORAGE_CLASS = "real-node-local"
 REAL_NODE_TAINT = "trainguard.dev/real-node"
-"""The node's NoSchedule taint (hack/lib/real-node.sh): only pods tolerating it land there."""
+"""The node's PreferNoSchedule taint (hack/lib/real-node.sh): the scheduler keeps pods that do not ask for the
+node elsewhere; a pod that selects it by name runs there without a toleration."""
 
 
 @dataclasses.dataclass(frozen=True)

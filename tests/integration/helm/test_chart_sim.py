@@ -47,6 +47,10 @@ def _what_helm_waits_on(sim: kube_cluster.SimCluster, namespace: str) -> str:
     return "\n".join(parts)
 
 
+KWOK = {"type": "kwok"}
+"""The simulated nodes (not the real node of --real-node, where these images could not be pulled)."""
+
+
 @pytest.mark.parametrize("database", ["mysql", "external"])
 def test_install_runs_on_the_simulated_cluster(database: str, helm: helm_support.Helm,
                                                sim_cluster: kube_cluster.SimCluster, sim_namespace: str,
@@ -54,13 +58,14 @@ def test_install_runs_on_the_simulated_cluster(database: str, helm: helm_support
     release = kube_cluster.unique_name("sim")
     values: dict[str, Any]
     if database == "mysql":
-        values = {"mysql": {"enabled": True}}
+        values = {"mysql": {"enabled": True, "nodeSelector": KWOK}}
         volume = _volume(sim_cluster, sim_namespace, f"data-{release}-mysql-0", "8Gi")
     else:
         sim_cluster.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": sim_namespace},
                            "stringData": {"url": "postgresql+asyncpg://tg:pw@postgres.db.svc/trainguard"}})
         values = {"database": {"url": {"existingSecret": "db"}}}
         volume = ""
+    values["nodeSelector"] = KWOK
     values_file = tmp_path / "values.yaml"
     values_file.write_text(yaml.safe_dump(values))
     try:

@@ -36,7 +36,6 @@ def pod(name: str, node: str, script: str, *, memory: str = "64Mi", cpu: str = "
     }
     spec: dict[str, Any] = {
         "nodeSelector": {"kubernetes.io/hostname": node}, "restartPolicy": "Never",
-        "tolerations": [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
         "automountServiceAccountToken": False,
         "securityContext": {"runAsUser": UID, "runAsGroup": UID, "runAsNonRoot": True,
                             "seccompProfile": {"type": "RuntimeDefault"}},
@@ -75,7 +74,11 @@ def test_a_pod_runs_in_a_real_container_with_its_limits_and_uid(real_node: RealN
     done = finished(cluster, namespace, "hello")
     assert done["terminated"]["exitCode"] == 0, done
     status = done["pod"]["status"]
-    assert done["pod"]["spec"]["nodeName"] == real_node.name
+    assert done["pod"]["spec"]["nodeName"] == real_node.name  # selected by name, no toleration needed
+    assert "tolerations" not in pod("x", real_node.name, "true")["spec"]
+    node = json.loads(cluster.kubectl("get", "node", real_node.name, "-o", "json"))
+    ours = {t["effect"] for t in node["spec"].get("taints") or [] if t["key"] == REAL_NODE_TAINT}
+    assert ours == {"PreferNoSchedule"}  # keeps other tests' pods off it, never a pod that selects it
     assert status["containerStatuses"][0]["containerID"].startswith("containerd://")
     assert status["podIP"].startswith("10.251."), status  # the node's CNI bridge, not kwok's
     log = cluster.pod_logs(namespace, "hello")
