@@ -10,7 +10,7 @@ serves both: the operator's own when given, else one from ``k8s/client.load_api_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +35,14 @@ class KubeSignals:
 
 async def open_signals(api: kubernetes_asyncio.client.ApiClient | None = None, *, kubeconfig: str | None = None,
                        config: podlogs.Config | None = None,
-                       ended: Callable[[pods.Target], Sequence[dict[str, Any]]] | None = None) -> KubeSignals:
+                       ended: Callable[[pods.Target], Sequence[dict[str, Any]]] | None = None,
+                       retired: Callable[[pods.Target], Mapping[str, int]] | None = None) -> KubeSignals:
     """Both sources on ``api`` (not closed by us), else on a client of ``kubeconfig``/the usual places/in-cluster
-    (``ended``: the failed pods the scheduler saw, ``podlogs.PodLogSource.ended``)."""
+    (``ended``: the failed pods the scheduler saw; ``retired``: the pods our suspends took away; both read by
+    the pod-log books, ``podlogs.PodLogSource``)."""
     owns = api is None
     api_client = api if api is not None else await client.load_api_client(kubeconfig)
-    log_books, _source = podlogs.books(api_client, config, ended=ended)
+    log_books, _source = podlogs.books(api_client, config, ended=ended, retired=retired)
     return KubeSignals(api=api_client, log_books=log_books,
                        node_sources=[node_conditions.NodeConditions(api_client)], owns_api=owns)
 

@@ -44,7 +44,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -101,16 +101,8 @@ class Item:
     text: str
     node: str | None
     rank: int | None
-
-
-def split_timestamp(raw: str) -> tuple[int | None, str]:
-    """``"2026-12-01T20:00:00.123456789Z text"`` (``timestamps=true``) -> (ns, text); (None, raw) otherwise."""
-    head, sep, rest = raw.partition(" ")
-    if sep and len(head) >= 20 and head[4:5] == "-" and head[10:11] == "T":
-        ns = pods.parse_time_ns(head)
-        if ns is not None:
-            return ns, rest
-    return None, raw
+    uid: str = ""
+    """The pod that printed it (or whose ending it is)."""
 
 
 @dataclass
@@ -143,6 +135,10 @@ class PodLogSource:
         """Failed pod versions the scheduler's watch saw (``KubeScheduler.ended_pods``): a book makes
         their ending lines before each read, so a failure reaches the attempt it ended even when this
         book's own watch sees it after the workload's re-creation of the pod moved the attempt."""
+        self.retired: Callable[[pods.Target], Mapping[str, int]] | None = None
+        """Pods our suspends took away, uid -> when (ns; ``KubeScheduler.retired_pods``): what such a pod
+        prints, or how it ends, after that is our restart's doing (a real kubelet kills it seconds after
+        our resume), never a failure of the attempt our resume started."""
 
     def ok(self) -> None:
         if self.reachable is False:
@@ -337,7 +333,7 @@ class PodLogBook(StoreBook):
                 continue
             self._endings.add(ending.key)
             self._put(Item(ending.ns, line_hash(view.name, ending.container or "-", ending.text), ending.text,
-                           view.node or None, view.rank))
+                           view.node or None, view.rank, view.uid))
 
     def _start_follows(self, view: pods.PodView) -> None:
         """A follow stream for each started container of ``view`` that has none running."""
@@ -429,7 +425,7 @@ class PodLogBook(StoreBook):
     def _take(self, uid: str, follow: Follow, raw: bytes, dropped: int) -> None:
         """One line read from a stream: skipped when read before (a reconnect), else buffered."""
         text = raw.decode("utf-8", errors="replace").rstrip("\r")
-        ns, text = split_timestamp(text)
+        ns, text = pods.split_timestamp(text)
         if ns is None:
             ns = follow.newest  # a line without a timestamp belongs with the one before it
         if len(text) > self._config.max_line:
@@ -444,7 +440,7 @@ class PodLogBook(StoreBook):
             follow.newest, follow.at_newest = ns, set()
         follow.at_newest.add(digest)
         view = self._views.get(uid)
-        self._put(Item(ns, digest, text, (view.node if view else "") or None, view.rank if view else None))
+        self._put(Item(ns, digest, text, (view.node if view else "") or None, view.rank if view else None, uid))
 
     def _put(self, item: Item) -> None:
         if len(self._buffer) >= self._config.max_buffer:
@@ -471,9 +467,10 @@ class PodLogBook(StoreBook):
             self.overflowed = 0
         items = sorted(self._buffer, key=lambda i: i.ns)
         self._buffer.clear()
+        retired = self.source.retired(self.target) if self.source.retired and self.target else {}
         for item in items:
-            if self._read_before(s, item.ns, item.digest):
-                continue
+            if item.ns > retired.get(item.uid, item.ns) or self._read_before(s, item.ns, item.digest):
+                continue  # printed, or ended, after our suspend took its pod away: our restart's doing
             self._line(s, out, item.text, node=item.node, rank=item.rank, key=(item.ns, item.digest), now=now)
         return [(f, out[id(f)]) for f in self.files]
 
@@ -485,12 +482,13 @@ class PodLogBook(StoreBook):
 
 
 def books(api: kubernetes_asyncio.client.ApiClient, config: Config | None = None, *,
-          ended: Callable[[pods.Target], Sequence[dict[str, Any]]] | None = None
+          ended: Callable[[pods.Target], Sequence[dict[str, Any]]] | None = None,
+          retired: Callable[[pods.Target], Mapping[str, int]] | None = None,
           ) -> tuple[sources.BookFactory, PodLogSource]:
     """A book factory for ``engine.Engine(log_books=...)`` and the source it shares (the caller closes
-    ``api``; ``ended``: see ``PodLogSource.ended``)."""
+    ``api``; ``ended``, ``retired``: see ``PodLogSource``)."""
     source = PodLogSource(api, config)
-    source.ended = ended
+    source.ended, source.retired = ended, retired
 
     def make(workload: str, job_id: str, clock: clock_mod.Clock, pool: fileio.FilePool | None) -> sources.LogBook:
         del pool  # no files

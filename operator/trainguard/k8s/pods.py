@@ -283,3 +283,14 @@ def view_of(kind: str, pod: Mapping[str, Any], layout: Layout | None) -> PodView
         view.running[container] = bool(state.get("running"))
         view.started[container] = bool(state.get("running") or state.get("terminated") or cs.get("lastState"))
     return view
+
+
+def split_timestamp(raw: str) -> tuple[int | None, str]:
+    """``"2026-12-01T20:00:00.123456789Z text"`` (a pod log's ``timestamps=true``) -> (ns, text); (None, raw)
+    otherwise."""
+    head, sep, rest = raw.partition(" ")
+    if sep and len(head) >= 20 and head[4:5] == "-" and head[10:11] == "T":
+        ns = parse_time_ns(head)
+        if ns is not None:
+            return ns, rest
+    return None, raw

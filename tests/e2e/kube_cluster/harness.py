@@ -107,12 +107,13 @@ def install(sim: SimCluster, policy: str) -> None:
     sim.apply(policy)
 
 
-def lift_our_exclusions(sim: SimCluster) -> None:
-    """Leave the shared fake nodes as we found them: lift every exclusion of ours. The lift patch
+def lift_our_exclusions(sim: SimCluster, names: tuple[str, ...] = NODES) -> None:
+    """Leave the shared nodes (the fake ones unless ``names`` says which) as we found them: lift every
+    exclusion of ours. The lift patch
     carries the node's resourceVersion (as the product's does), and the node controller may change
     the node in between (a NotReady node's taints): a conflict reads the node again and retries, so a
     test never leaves its exclusion to the next one sharing the cluster."""
-    for name in NODES:
+    for name in names:
         for _ in range(20):
             obj = sim.get("node", name) or {}
             if nodes.exclusion_of(obj) is None:

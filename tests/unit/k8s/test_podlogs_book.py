@@ -84,6 +84,25 @@ async def test_lines_of_every_pod_in_time_order_with_node_and_rank(api: kubernet
     assert book.files[0].consumed is not None and book.files[0].consumed.offset == T0 + 30
 
 
+async def test_a_pod_our_suspend_took_away_is_heard_until_then_and_not_after(
+        api: kubernetes_asyncio.client.ApiClient) -> None:
+    """On a real kubelet a pod our restart deletes dies seconds after our resume: its last lines and its
+    ending (killed) are our restart's doing and must not become a failure of the attempt the resume
+    started; lines it printed before our suspend, and every line of a pod we did not take away, stay."""
+    book = _book(api)
+    old, fold = _pod(book, "train-w-0-0-a", "real-node-1", 0)
+    new, fnew = _pod(book, "train-w-0-0-b", "kwok-node-1", 0)
+    book.source.retired = lambda target: {old: T0 + 10} if target == book.target else {}
+    await book._read_stream(old, fold, _stream(_line(T0 + 5, "NVRM: Xid 79"), _line(T0 + 10, "at the suspend"),
+                                               _line(T0 + 12, "Traceback (most recent call last):")))
+    await book._read_stream(new, fnew, _stream(_line(T0 + 15, "iteration 1")))
+    book._note_endings({"metadata": {"name": "train-w-0-0-a", "uid": old}, "spec": {"nodeName": "real-node-1"},
+                        "status": {"containerStatuses": [{"name": "trainer", "state": {"terminated": {
+                            "exitCode": 1, "reason": "Error", "finishedAt": pods.format_time(T0 + 3 * pods.NS)}}}]}},
+                       book._views[old])
+    assert [t for t, _, _ in await _texts(book)] == ["NVRM: Xid 79", "at the suspend", "iteration 1"]
+
+
 async def test_a_reconnect_reads_the_same_second_again_without_duplicates(
         api: kubernetes_asyncio.client.ApiClient) -> None:
     book = _book(api)
@@ -192,8 +211,8 @@ async def test_a_failure_the_scheduler_saw_first_is_read_before_the_books_own_wa
 
 
 def test_timestamps_are_split_from_the_text() -> None:
-    assert podlogs.split_timestamp("2026-12-01T20:00:00.000000001Z hello world") == (T0 + 1, "hello world")
-    assert podlogs.split_timestamp("no timestamp here") == (None, "no timestamp here")
+    assert pods.split_timestamp("2026-12-01T20:00:00.000000001Z hello world") == (T0 + 1, "hello world")
+    assert pods.split_timestamp("no timestamp here") == (None, "no timestamp here")
 
 
 async def test_one_engine_routes_kubernetes_workloads_to_pod_logs_and_slurm_jobs_to_their_files(

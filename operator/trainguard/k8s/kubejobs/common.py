@@ -150,6 +150,21 @@ def live(pod: Mapping[str, Any]) -> bool:
     return not meta(pod).get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
 
 
+RETIRED_KEPT: Final = 1024
+"""Pods per workload a ``retire`` book remembers (the newest)."""
+
+
+def retire(book: dict[str, int], pods: Sequence[Mapping[str, Any]], *, at_ns: int) -> None:
+    """Note that our suspend takes ``pods`` away at ``at_ns`` (``KubeScheduler.retired_pods``); a pod retired
+    before keeps its first time."""
+    for pod in pods:
+        uid = str(meta(pod).get("uid") or "")
+        if uid and controlled(pod):
+            book.setdefault(uid, at_ns)
+    while len(book) > RETIRED_KEPT:
+        del book[next(iter(book))]
+
+
 @dataclass(frozen=True)
 class Kind:
     """One kind of workload: where it lives in the API and how to read it."""

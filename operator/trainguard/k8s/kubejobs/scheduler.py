@@ -88,6 +88,8 @@ class KubeScheduler:
         """Nodes any pod of the workload ran on while we watched: its allocation, past attempts included."""
         self._replacements: dict[str, pytorchjob.Replacements] = {}
         """Per workload of a ``counts_replacements`` kind: its pods re-created after a failure."""
+        self._retired: dict[str, dict[str, int]] = {}
+        """Per workload: uid -> when our suspend took that pod away (ns), for its pod-log book (``retired_pods``)."""
         self._uids: dict[str, str] = {}
         """The uid each workload id was last read with: a new one is a new object under the same name."""
         self.changed = self._cache.changed
@@ -200,6 +202,7 @@ class KubeScheduler:
             return
         if self._uids.get(job_id, uid) != uid:
             self._replacements.pop(job_id, None)
+            self._retired.pop(job_id, None)
             self._failures.pop(job_id, None)
             self._seen_nodes.pop(job_id, None)
         self._uids[job_id] = uid
@@ -209,6 +212,11 @@ class KubeScheduler:
         pod-log book, whose own watch may see a failure only after the re-creation moved the attempt."""
         book = self._replacements.get(common.workload_id(namespace, kind, name))
         return [dict(pod) for pod in book.ended.values()] if book is not None else []
+
+    def retired_pods(self, namespace: str, kind: str, name: str) -> dict[str, int]:
+        """The pods our suspends took away (uid -> when, ns): what they print or how they end after that is
+        our restart's doing, never the next attempt's failure (``podlogs.PodLogSource.retired``)."""
+        return dict(self._retired.get(common.workload_id(namespace, kind, name)) or {})
 
     def _replaced(self, job_id: str) -> int:
         book = self._replacements.get(job_id)
@@ -246,6 +254,8 @@ class KubeScheduler:
             annotations[common.STOPPED_ANNOTATION] = f"{base.OUR_REASON_PREFIX} {why}"
         body = {"metadata": {"resourceVersion": common.meta(obj).get("resourceVersion"), "annotations": annotations},
                 **kind.suspend_patch(True)}
+        common.retire(self._retired.setdefault(job_id, {}), await self._list_pods(kind, namespace, name),
+                      at_ns=int(self._now() * 1e9))
         await self._patch_object(kind, namespace, name, body)
 
     async def _own_restart(self, job_id: str, attempt: int | None) -> bool:

@@ -66,7 +66,8 @@ async def open_parts(shell: Shell) -> None:
     if "kubernetes" in {p.strip() for p in config.scheduler.split(",")} and shell.kube_signals is None:
         kube = next((s for s in opened if isinstance(s, kube_scheduler.KubeScheduler)), None)
         shell.kube_signals = await kube_signals_mod.open_signals(
-            ended=(lambda t: kube.ended_pods(t.namespace, t.kind, t.name)) if kube is not None else None)
+            ended=(lambda t: kube.ended_pods(t.namespace, t.kind, t.name)) if kube is not None else None,
+            retired=(lambda t: kube.retired_pods(t.namespace, t.kind, t.name)) if kube is not None else None)
         shell.log_books = kube_signals_mod.routed(shell.kube_signals.log_books, shell.log_books)
 
 
