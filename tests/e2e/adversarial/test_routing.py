@@ -229,9 +229,16 @@ def test_a_node_we_drained_is_resumed_after_undrain_after_and_a_node_a_person_dr
                   if r["payload"].get("operation") == "resume_node" and r["payload"]["status"] == "done")
     assert resume["payload"]["step"] == f"resume_node:{LEMON}"
     assert harness.parse_time(resume["time"]) - drained_at >= UNDRAIN_AFTER_S
-    repeat = [r for r in setup.runner.audit() if r["kind"] == "action"
-              and r["payload"].get("operation") == "node-repeat-offender" and r["payload"].get("node") == LEMON]
-    lemon = _node(setup.cluster, LEMON)
+    # the second drain may land just after our return and before the sweep that holds it (a repeat
+    # offender): wait until the node is either back in service or held
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        repeat = [r for r in setup.runner.audit() if r["kind"] == "action"
+                  and r["payload"].get("operation") == "node-repeat-offender" and r["payload"].get("node") == LEMON]
+        lemon = _node(setup.cluster, LEMON)
+        if repeat or "DRAIN" not in lemon["State"] or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
     if repeat:  # held for repair: still drained, by us
         assert "DRAIN" in lemon["State"] and lemon.get("Reason", "").startswith("trainguard:")
     else:
