@@ -9,6 +9,8 @@ recorded before, so the next failure is judged as a new attempt, not as one alre
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,9 @@ async def test_a_failure_after_a_restart_of_the_operator_is_judged_as_a_new_atte
         second = await until("the Worker re-created and running", recreated)
         await until("attempt 1 seen", lambda: (sim.get("workloadrecovery", "pytorchjob-ptj", ns) or {}).get(
             "status", {}).get("attempt", 0) >= 1)
+        # ... and recorded by the engine: the restarted operator resumes its count from the audit store (the
+        # status can show the adapter's count a moment before the engine's tracking records the attempt)
+        await until("attempt 1 in the audit store", lambda: recorded_attempts(op.db, wid) >= 2)
 
     async with operator_running(sim, ns, tmp_path, monkeypatch) as op:
         before = lines_read(op.db, wid)
@@ -91,3 +96,13 @@ async def test_a_failure_after_a_restart_of_the_operator_is_judged_as_a_new_atte
             assert any("2 attempts in a row without a new checkpoint" in r for r in again.payload["reasons"])
         finally:
             await store.close()
+
+
+def recorded_attempts(db: Path, workload: str) -> int:
+    """How many attempts of the workload the audit store holds."""
+    with contextlib.closing(sqlite3.connect(db, timeout=5)) as connection:
+        try:
+            row = connection.execute("SELECT count(*) FROM attempts WHERE workload = ?", (workload,)).fetchone()
+        except sqlite3.OperationalError:  # the schema is not there yet
+            return 0
+    return int(row[0] or 0)
