@@ -53,7 +53,8 @@ class NodeScheduler(Protocol):
 class NodeValidator(Protocol):
     """The scheduler operations of a validation before return (``act.validate``); only schedulers that can run
     a check pinned to one node while keeping every other job off it have them (Slurm over its commands:
-    ``schedulers.slurm_local``). Every operation is idempotent: a step repeated after a restart finds it done.
+    ``schedulers.slurm_local``; Kubernetes: ``k8s.kubejobs.node_checks``). Every operation is idempotent: a
+    step repeated after a restart finds it done.
     """
 
     name: str
@@ -73,9 +74,9 @@ class NodeValidator(Protocol):
         ...
 
     async def submit_check(self, node: str, command: Sequence[str], *, tag: str, minutes: int, output_dir: str,
-                           partition: str | None) -> str:
+                           partition: str | None, image: str | None = None) -> str:
         """Submit the check pinned to ``node`` inside our reservation, named after ``tag`` (one per round of
-        validation); the job id."""
+        validation); the job id. ``partition`` is Slurm's, ``image`` Kubernetes' (the check's container)."""
         ...
 
     async def find_check(self, tag: str) -> str | None:

@@ -72,6 +72,8 @@ class Check:
     timeout_s: float
     output_dir: str
     partition: str | None = None
+    image: str | None = None
+    """The check's container image (Kubernetes; Slurm runs the command on the node itself)."""
 
     @property
     def minutes(self) -> int:
@@ -198,7 +200,7 @@ class Validation:
                 "command": list(check.command), "tag": tag, "partition": check.partition})
             job = job or await self._scheduler.submit_check(
                 node, check.command, tag=tag, minutes=check.minutes, output_dir=check.output_dir,
-                partition=check.partition)
+                partition=check.partition, image=check.image)
             return await self._finish(submit, actions.ActionStatus.DONE, result={"job_id": job})
         job_id = str(submit.args["job_id"])
         status = await self._scheduler.check_status(job_id)

@@ -112,7 +112,8 @@ class PolicyResolver:
         if policy is None:
             return None
         spec = policy.spec.exclusion.validation
-        check = validate.Check(tuple(spec.command), spec.timeout, spec.output_dir, spec.partition) if spec else None
+        check = (validate.Check(tuple(spec.command), spec.timeout, spec.output_dir, spec.partition, spec.image)
+                 if spec else None)
         return undrain.UndrainRule(policy.spec.exclusion.undrain_after,
                                    switch_mod.effective_mode(policy.spec.mode, self.allow_action, paused),
                                    lemon_window_s=policy.spec.exclusion.lemon_node_window, validation=check)

@@ -86,6 +86,9 @@ def manifest_files() -> dict[str, str]:
         # opted-in workloads live in any namespace: their kinds, pods and logs are read cluster-wide
         _cluster_role("trainguard-kubernetes-workloads", kube["cluster"] + kube["served"]),
         _binding("ClusterRoleBinding", "trainguard-kubernetes-workloads", "trainguard-kubernetes-workloads"),
+        # the operator's own namespace only: the validation check Jobs, their pods and logs
+        _cluster_role("trainguard-kubernetes-checks", kube["workload"]),
+        _binding("RoleBinding", "trainguard-kubernetes-checks", "trainguard-kubernetes-checks", NAMESPACE),
     ]
     return {
         "manifests/base/rbac.yaml": _dump_all(base_docs, source, (
@@ -95,8 +98,8 @@ def manifest_files() -> dict[str, str]:
             "# Slinky: get + patch Nodes to cordon a lemon node (Action mode only).\n")),
         "manifests/kubernetes/rbac.yaml": _dump_all(kube_docs, source, (
             "# --scheduler kubernetes: JobSets and PyTorchJobs (watched, suspended/resumed through the spec),\n"
-            "# their pods and logs, and Nodes (conditions as evidence; cordon + our taint in Action mode).\n"
-            "# Nothing here deletes.\n")),
+            "# their pods and logs, and Nodes (conditions as evidence; cordon + our taint in Action mode);\n"
+            "# in the operator's namespace only, the validation check Jobs (created, read, deleted).\n")),
     }
 
 

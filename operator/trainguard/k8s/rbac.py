@@ -18,7 +18,7 @@ Features (one row set each; a mode of the chart is a set of features):
   ``pods`` in the Slinky namespace only).
 - ``peering``: several replicas, one holding the ``coordination.k8s.io`` Lease in the workload namespace.
 - ``kubernetes``: ``--scheduler kubernetes`` (JobSets and PyTorchJobs: the adapter ``k8s/kubejobs/``,
-  the pod-log source and the Node-condition evidence).
+  the pod-log source and the Node-condition evidence; the validation check Jobs in the operator's namespace).
 
 Scopes (where a rule must hold): ``cluster`` (cluster-scoped resources: a ClusterRole with a
 ClusterRoleBinding), ``served`` (the namespaces whose objects are served: a ClusterRoleBinding when
@@ -99,6 +99,13 @@ RULES: Final[tuple[Rule, ...]] = (
          "the workload's output, read from its pods' logs"),
     Rule("kubernetes", "cluster", "", ("nodes",), ("get", "list", "watch", "patch"),
          "node conditions as evidence; cordon a lemon node in Action mode"),
+    Rule("kubernetes", "workload", "batch", ("jobs",), ("get", "create", "delete"),
+         "validation before return: the check Job pinned to the node, in the operator's namespace "
+         "(k8s/kubejobs/node_checks.py)"),
+    Rule("kubernetes", "workload", "", ("pods",), ("list",),
+         "validation before return: the check Job's pod, for its exit code (k8s/kubejobs/node_checks.py)"),
+    Rule("kubernetes", "workload", "", ("pods/log",), ("get",),
+         "validation before return: the tail of the check's log, the evidence (k8s/kubejobs/node_checks.py)"),
 )
 
 

@@ -86,7 +86,13 @@ def contradictions(policy: model.RecoveryPolicy) -> list[Finding]:
         found.append(Finding(
             "spec.exclusion.validation",
             "names a check but drainLemonNodes is off: this policy never drains a node on Slurm, so the check "
-            "never runs (Kubernetes exclusions return without a check: validation runs on Slurm only)",
+            "never runs there (on Kubernetes a node excluded by excludeOnHardware still goes through it)",
+        ))
+    if exclusion.validation is not None and exclusion.validation.image is None and _kubernetes(spec):
+        found.append(Finding(
+            "spec.exclusion.validation.image",
+            "is not set while the selector names Kubernetes namespaces or labels: on Kubernetes the check runs "
+            "as a container and cannot run without its image (every round ends inconclusive, the node stays out)",
         ))
     if exclusion.exclude_on_hardware and exclusion.max_excluded_nodes_per_job == 0:
         found.append(Finding(
@@ -143,3 +149,8 @@ def _fields(value: Any, path: str) -> Iterator[tuple[str, Any]]:
         for index, item in enumerate(value):
             if isinstance(item, BaseModel):
                 yield from _fields(item, f"{path}[{index}]")
+
+
+def _kubernetes(spec: model.RecoveryPolicySpec) -> bool:
+    """Whether the policy is meant for Kubernetes workloads (its selector names namespaces or labels)."""
+    return bool(spec.selector.namespaces or spec.selector.labels)

@@ -268,7 +268,7 @@ class Exclusion(_Section):
     validation: validation_mod.Validation | None = Field(
         default=None,
         description="A check the node must pass before we return it (the time rule's or a person's return); "
-        "null: the node returns without a check. Slurm schedulers only (docs/policy.md).",
+        "null: the node returns without a check. Slurm schedulers and Kubernetes (docs/policy.md).",
     )
 
 

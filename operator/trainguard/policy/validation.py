@@ -6,7 +6,8 @@ returns by time alone, as before (docs/policy.md "Resuming drained nodes").
 
 The check is an argv list, never a shell line: the scheduler runs its first word with the rest as
 arguments. On Slurm the first word is the script ``sbatch`` submits (``#!`` on its first line), so it must
-be an absolute path that exists on the node; nothing of ours interpolates a word into a shell.
+be an absolute path that exists on the node; on Kubernetes it is the container's command, run in ``image``
+(``k8s.kubejobs.node_checks``). Nothing of ours interpolates a word into a shell.
 """
 
 from __future__ import annotations
@@ -23,19 +24,23 @@ MAX_WORDS = 64
 Word = Annotated[str, Field(min_length=1, max_length=1024)]
 
 _PARTITION = r"^[A-Za-z0-9._-]{1,64}$"
+_IMAGE = r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"
+"""A container image reference (registry/path:tag or @sha256:digest): no spaces, no shell."""
 _PATH = r"^/[A-Za-z0-9._/+@=-]*$"
 """No repeat count: the apiserver compiles CRD patterns with Go's regexp, which refuses counts over 1000;
 the length is ``max_length``."""
 
 
 class Validation(fields.Section):
-    """The check run on a node before its return (Slurm: a job pinned to the node in our reservation)."""
+    """The check run on a node before its return (Slurm: a job pinned to the node in our reservation;
+    Kubernetes: a Job pinned to the node, tolerating our taints)."""
 
     command: list[Word] = Field(
         min_length=1,
         max_length=MAX_WORDS,
         description="The check as argv (no shell): the first word an absolute path to a script on the node "
-        "(Slurm: sbatch submits it, so it starts with #!), the rest its arguments. Exit 0 passes, any other "
+        "(Slurm: sbatch submits it, so it starts with #!; Kubernetes: the container's command in image), the "
+        "rest its arguments. Exit 0 passes, any other "
         "exit code fails and holds the node for repair with the code and the tail of the output as evidence.",
     )
     timeout: fields.Duration = Field(
@@ -46,11 +51,18 @@ class Validation(fields.Section):
     )
     partition: Annotated[str, Field(pattern=_PARTITION)] | None = Field(
         default=None,
-        description="Partition the check job is submitted to; null: the cluster's default partition.",
+        description="Partition the check job is submitted to; null: the cluster's default partition. Slurm only.",
+    )
+    image: Annotated[str, Field(pattern=_IMAGE, max_length=512)] | None = Field(
+        default=None,
+        description="Kubernetes only (required there, ignored by Slurm): the container image the check Job "
+        "runs command in, on the node, with every GPU the node has. Without it a Kubernetes check cannot run "
+        "and the round ends inconclusive (the node stays out of service).",
     )
     output_dir: Annotated[str, Field(pattern=_PATH, max_length=1024)] = Field(
         description="Absolute directory for the check's output (and its working directory): storage both the "
-        "node and Trainguard can read at this same path (a shared file system). The output's tail is the "
+        "node and Trainguard can read at this same path (a shared file system). Kubernetes: only the check "
+        "container's working directory; the evidence is the pod's log. The output's tail is the "
         "evidence of a failure; when it cannot be read, the verdict still stands on the exit code.",
     )
 

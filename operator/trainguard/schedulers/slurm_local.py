@@ -261,9 +261,9 @@ class SlurmCommandScheduler:
         await self.delete_reservation(slurm_commands.reservation_name(node))
 
     async def submit_check(self, node: str, command: Sequence[str], *, tag: str, minutes: int, output_dir: str,
-                           partition: str | None = None) -> str:
+                           partition: str | None = None, image: str | None = None) -> str:
         """Submit the site's check pinned to ``node`` in our reservation, its output (and working directory)
-        in ``output_dir``; the job id."""
+        in ``output_dir``; the job id. ``image`` is Kubernetes' (the command runs on the node itself here)."""
         logger.info("%s: submit the check %s on %s", self.name, command[0] if command else "", node)
         res = await self._call(slurm_commands.argv_submit_check(
             command, reservation=slurm_commands.reservation_name(node), node=node, minutes=minutes,

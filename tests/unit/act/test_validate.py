@@ -60,7 +60,7 @@ class FakeValidator(fake_scheduler.FakeScheduler):
             self._did("unreserve_node", node)
 
     async def submit_check(self, node: str, command: Any, *, tag: str, minutes: int, output_dir: str,
-                           partition: str | None) -> str:
+                           partition: str | None, image: str | None = None) -> str:
         self._call("submit_check", node, tag)
         assert node in self.reservations and not self.nodes[node].drained  # the order Slurm needs
         job = str(100 + len(self.checks))

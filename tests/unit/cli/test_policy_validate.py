@@ -109,6 +109,9 @@ def test_a_name_defined_in_two_files_is_invalid_as_in_run(tmp_path: Path, capsys
         ({"detection": {"hangTimeout": "1s", "settle": "1s"}}, "spec.detection.hangTimeout"),
         ({"exclusion": {"validation": {"command": ["/opt/check.sh"], "outputDir": "/shared/tg"}}},
          "spec.exclusion.validation"),
+        ({"selector": {"namespaces": ["train"]}, "exclusion": {
+            "drainLemonNodes": True, "validation": {"command": ["/opt/check.sh"], "outputDir": "/shared/tg"}},
+          "actions": {"allowed": ["requeue", "cordonNode"]}}, "spec.exclusion.validation.image"),
     ],
 )
 def test_each_contradiction(spec: dict[str, object], field: str) -> None:

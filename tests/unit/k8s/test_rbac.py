@@ -46,9 +46,12 @@ METHOD = re.compile(r"^(read|get|list|create|patch|replace|delete)_(?:namespaced
 VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch", "replace": "update",
          "delete": "delete"}
 KINDS = {"node": ("", "nodes"), "pod": ("", "pods"), "pod_log": ("", "pods/log"), "event": ("", "events"),
-         "config_map": ("", "configmaps"),
+         "config_map": ("", "configmaps"), "namespaced_job": ("batch", "jobs"),
          "lease": ("coordination.k8s.io", "leases"), "token_review": ("authentication.k8s.io", "tokenreviews"),
          "subject_access_review": ("authorization.k8s.io", "subjectaccessreviews")}
+NAMESPACED_ONLY = {"job"}
+"""Kinds whose API methods are always ``_namespaced_`` (the batch Job): ``get_job``/``list_jobs`` of a
+``Scheduler`` are not API calls."""
 RAW_PATHS = {"/api/v1/namespaces/{namespace}/pods": ("", "pods", "list"),
              "/api/v1/namespaces/{namespace}/pods/{name}/log": ("", "pods/log", "get")}
 
@@ -122,6 +125,8 @@ def called() -> set[tuple[str, str, str, str]]:
                 match = METHOD.match(target)
                 assert match is not None
                 verb, kind, status = VERBS[match.group(1)], match.group(2), match.group(3)
+                if kind in NAMESPACED_ONLY and "_namespaced_" in target:
+                    kind = "namespaced_" + kind
                 if kind in ("custom_object",):
                     module = module or _module(path)
                     if not args:

@@ -53,6 +53,25 @@ class NodeWriter:
                 return
         raise base.SchedulerError(f"node {node}: changed concurrently {common.CONFLICT_RETRIES} times; not resumed")
 
+    async def write(self, node: str, patch_of: Callable[[common.Obj], common.Obj | None], what: str, *,
+                    missing_ok: bool = False) -> None:
+        """Apply ``patch_of(node)`` computed from a fresh read (None: already so); a 409 re-reads. ``missing_ok``:
+        a node that no longer exists is success (nothing left to undo on it)."""
+        for _ in range(common.CONFLICT_RETRIES):
+            try:
+                obj = await self.read(node)
+            except base.SchedulerError as exc:
+                if missing_ok and isinstance(exc.__cause__, ApiException) and exc.__cause__.status == 404:
+                    return
+                raise
+            patch = patch_of(obj)
+            if patch is None:
+                return
+            if await self._patch(node, patch):
+                logger.info("node %s: %s", node, what)
+                return
+        raise base.SchedulerError(f"node {node}: changed concurrently {common.CONFLICT_RETRIES} times; not {what}")
+
     async def read(self, node: str) -> common.Obj:
         try:
             data: common.Obj = json.loads(await client.read_body(

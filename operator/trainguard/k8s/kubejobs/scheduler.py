@@ -15,6 +15,8 @@ engine and the executor drive it exactly like the Slurm adapters; what each oper
   ``cancel`` = suspend with ``trainguard.dev/stopped`` (the snapshot shows CANCELLED; nothing is deleted);
 - ``exclude_nodes`` / ``drain_node`` = cordon + our ``NoExecute`` taint (``nodes.py``);
   ``resume_node`` lifts only our own;
+- validation before return (``act.ports.NodeValidator``): the site's check as a Job pinned to the node,
+  in ``check_namespace`` (``node_checks.py``);
 - a workload in a terminal state (Completed, or Failed after its own ``maxRestarts``/
   ``backoffLimit``) is not restarted: ``Unsupported`` (its own budget is spent; we do not fight it).
 
@@ -37,7 +39,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from trainguard.k8s import client
 from trainguard.k8s import workloads as optin
-from trainguard.k8s.kubejobs import common, jobset, node_writes, nodes, pytorchjob, watching
+from trainguard.k8s.kubejobs import common, jobset, node_checks, node_writes, nodes, pytorchjob, watching
 from trainguard.model import workloads
 from trainguard.schedulers import base
 
@@ -57,7 +59,7 @@ class _Conflict(base.SchedulerError):
     """A patch carrying a resourceVersion met a newer one (409): re-read and try again."""
 
 
-class KubeScheduler:
+class KubeScheduler(node_checks.Validating):
     """The Kubernetes workload adapter; ``start`` begins the watches, ``close`` stops them."""
 
     name = "kubernetes"
@@ -65,7 +67,8 @@ class KubeScheduler:
     def __init__(self, api: kclient.ApiClient, *, kinds: Sequence[common.Kind] = KINDS,
                  restart_wait_s: float = DEFAULT_RESTART_WAIT_S,
                  now: Callable[[], float] = time.time, own_api: bool = True,
-                 namespaces: Sequence[str] = (), node_pool_label: str = nodes.DEFAULT_POOL_LABEL) -> None:
+                 namespaces: Sequence[str] = (), node_pool_label: str = nodes.DEFAULT_POOL_LABEL,
+                 check_namespace: str = "default") -> None:
         self._api = api
         self._own_api = own_api
         self._core = kclient.CoreV1Api(api)
@@ -80,6 +83,8 @@ class KubeScheduler:
         self._now = now
         self._nodes = node_writes.NodeWriter(self._core, now)
         """Cordon + our taint, and lifting only our own (``node_writes``)."""
+        self.node_checks = node_checks.CheckJobs(api, self._nodes, check_namespace)
+        """Validation checks as Jobs in ``check_namespace`` (the operator's own namespace)."""
         self._cache = watching.Cache(kinds, self.namespaces, api, self._json, self._note_failure)
         """The watch-fed view discovery reads: the workloads, their pods, the nodes (``watching.Cache``)."""
         self._failures: dict[str, common.Failure] = {}

@@ -30,11 +30,14 @@ def kube_of(adapter: base.Scheduler | None) -> scheduler.KubeScheduler | None:
 
 
 async def open_scheduler(kubeconfig: str | None = None, namespaces: tuple[str, ...] = (),
-                         node_pool_label: str = nodes.DEFAULT_POOL_LABEL) -> scheduler.KubeScheduler:
+                         node_pool_label: str = nodes.DEFAULT_POOL_LABEL,
+                         check_namespace: str = "default") -> scheduler.KubeScheduler:
     """The adapter with its watches started (``namespaces``: only those; empty: every namespace;
-    ``node_pool_label``: the node label whose value is a node's pool)."""
+    ``node_pool_label``: the node label whose value is a node's pool; ``check_namespace``: where the
+    validation checks run, the operator's own namespace)."""
     api = await client.load_api_client(kubeconfig)
-    adapter = scheduler.KubeScheduler(api, namespaces=namespaces, node_pool_label=node_pool_label)
+    adapter = scheduler.KubeScheduler(api, namespaces=namespaces, node_pool_label=node_pool_label,
+                                      check_namespace=check_namespace)
     adapter.start()
     return adapter
 

@@ -45,7 +45,8 @@ async def open_parts(shell: Shell) -> None:
         if spec == kube_wiring.SPEC:
             # the served namespaces (--namespace); --all-namespaces: every namespace
             opened.append(await kube_wiring.open_scheduler(namespaces=config.namespaces,
-                                                           node_pool_label=config.node_pool_label))
+                                                           node_pool_label=config.node_pool_label,
+                                                           check_namespace=config.workload_namespace))
         elif config.slinky_namespace:
             # Slurm on Slinky: its nodes are taken out of service by a cordon, through the executor
             assert shell.api is not None
