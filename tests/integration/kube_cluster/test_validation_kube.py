@@ -174,3 +174,70 @@ async def test_a_check_job_returns_a_good_node_and_holds_a_bad_one(
         assert _cordoned(sim, GOOD) and _taints(sim, GOOD) == {nodes.TAINT_KEY}
     finally:
         await store.close()
+
+
+async def test_a_check_that_cannot_be_scheduled_ends_inconclusive_and_a_node_that_vanishes_too(
+        sim_cluster: SimCluster, sim_namespace: str, adapter: scheduler.KubeScheduler, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A person's taint our check does not tolerate keeps its pod Pending: past the round's timeout the Job is
+    deleted and the node cordoned and tainted again (out of service, due again one undrainAfter later), the
+    scheduler's reason as evidence. A node deleted from the cluster during its round is inconclusive too,
+    with nothing left to undo on it."""
+    sim, ns = sim_cluster, sim_namespace
+    url = f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}"
+    now = clock.ManualClock(T0)
+    rules = {"default": _rule()}
+    store = await database.open_store(url)
+    gone = "kwok-node-validate-gone"
+    sim.apply({"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": gone, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                            "labels": {"kubernetes.io/hostname": gone, "type": "kwok"}},
+               "spec": {"taints": []},
+               "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                          "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                          "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                                        {"type": "Hostname", "address": gone}]}})
+    try:
+        sweeper = undrain.Undrainer(adapter, store, now, rules.get, validator=adapter)
+        sim.wait(f"{gone} Ready", lambda: sim.node_ready(gone), ROUND_DEADLINE_S)
+
+        # --- cannot be scheduled: waits, then inconclusive at the timeout
+        await our_drain(store, adapter, GOOD, 1)
+        sim.kubectl("taint", "node", GOOD, "site.example/maintenance=disk:NoSchedule", "--overwrite")
+        now.advance(HOUR + 10)
+        job_id = await _sweep_until_submitted(sweeper, store, GOOD, 1)
+
+        def unschedulable() -> dict[str, Any] | None:
+            pods = sim.list_objects("pods", ns, node_checks.CHECK_LABEL)
+            return next((p for p in pods if any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                                                for c in p.get("status", {}).get("conditions") or [])), None)
+        sim.wait("the check pod unschedulable", unschedulable, ROUND_DEADLINE_S)
+        await sweeper.sweep()
+        assert (await nodes_json(url, capsys))[GOOD] == "validating"  # waits within the timeout
+        now.advance(600 + 1)
+        state = await _until_settled(sweeper, store, GOOD)
+        assert (state.state, state.event) == (lifecycle.NodeState.OUT_OF_SERVICE,
+                                              lifecycle.NodeEvent.VALIDATION_INCONCLUSIVE)
+        assert state.evidence["job_id"] == job_id
+        assert str(state.evidence["check_state"]).startswith("Pending, not scheduled")
+        sim.wait("the check Job deleted", lambda: not _jobs(sim, ns), ROUND_DEADLINE_S)
+        snap = next(n for n in await adapter.list_nodes() if n.name == GOOD)
+        assert snap.drained and snap.reason.startswith("trainguard: validation inconclusive")
+        assert _taints(sim, GOOD) == {nodes.TAINT_KEY, "site.example/maintenance"}  # the person's taint stays
+
+        # --- the node vanishes during its round
+        await our_drain(store, adapter, gone, 2)
+        await _sweep_until_submitted(sweeper, store, gone, 2)
+        sim.kubectl("delete", "node", gone)
+        state = await _until_settled(sweeper, store, gone)
+        assert state.event is lifecycle.NodeEvent.VALIDATION_INCONCLUSIVE
+        verdict = next(r for r in await store.actions_for(W, 0, 2) if r.step == f"validate_verdict:{gone}#1")
+        assert verdict.args["vanished"] is True and verdict.args["verdict"] == "inconclusive"
+        unreserved = next(r for r in await store.actions_for(W, 0, 2) if r.step == f"validate_unreserve:{gone}#1")
+        assert unreserved.status is actions.ActionStatus.DONE  # nothing left to undo on a node that is gone
+        assert (await nodes_json(url, capsys))[GOOD] == "out-of-service"
+    finally:
+        if "site.example/maintenance" in _taints(sim, GOOD):
+            sim.kubectl("taint", "node", GOOD, "site.example/maintenance-")
+        sim.kubectl("delete", "node", gone, "--ignore-not-found")
+        await store.close()
