@@ -2,7 +2,9 @@
 
 Place in the loop: called by the undrain sweep (``act.undrain.Undrainer``) for a node whose return has come
 (``exclusion.undrainAfter`` passed, or a person returned it) when its policy names a check
-(``exclusion.validation``) and the scheduler can run one (``ports.NodeValidator``: Slurm over its commands).
+(``exclusion.validation``) and the scheduler can run one (``ports.NodeValidator``: Slurm over its commands;
+Kubernetes, ``k8s.kubejobs.node_checks``, where our ``trainguard.dev/validating`` taint is the reservation and
+the check a Job pinned to the node).
 One call moves one round of validation of one node as far as it can without waiting; the next sweep goes on.
 
 The order (learned on real Slurm, ``tests/integration/schedulers/test_validation_slurm.py``: a drained node

@@ -57,7 +57,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 __all__ = [  # ApiException is re-exported: it is what callers catch
     "API_ERRORS", "JSON_PATCH", "MERGE_PATCH", "STREAM_MARGIN_S", "TIMEOUT_S", "ApiClient", "ApiException", "body_of",
     "configuration_of", "from_connection_info", "in_cluster", "is_conflict", "is_gone", "is_not_found", "is_retryable",
-    "load_api_client", "merge_patch", "message_of", "read_body", "status_of", "time_bound", "to_dict",
+    "load_api_client", "merge_patch", "message_of", "read_body", "read_ok", "status_of", "time_bound", "to_dict",
     "verification_failed",
 ]
 
@@ -137,6 +137,19 @@ async def read_body(response: Any) -> bytes:
                            "its time bound") from exc
     finally:
         response.release()
+
+
+async def read_ok(response: Any) -> bytes:
+    """``read_body`` of a successful answer; ApiException (its status, reason and body) for any other: a
+    call made with ``_preload_content=False`` does not raise on its own, and a 404 would read as the
+    apiserver's ``Status`` object."""
+    body = await read_body(response)
+    status = int(getattr(response, "status", 200))
+    if not 200 <= status <= 299:
+        exc = ApiException(status=status, reason=str(getattr(response, "reason", "")))
+        exc.body = body
+        raise exc
+    return body
 
 
 def in_cluster() -> bool:
