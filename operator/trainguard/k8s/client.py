@@ -28,8 +28,9 @@ What the library leaves to the caller, and this module settles once:
   RFC 7386, where ``null`` deletes a key, on every kind;
 - times: bodies are plain dicts with times formatted by us (``body_of``), since the library's
   model serialisation drops the fraction of a ``MicroTime`` at a whole second;
-- errors: the library raises ``ApiException`` with the HTTP status for every non-2xx answer (it never
-  retries by itself); ``status_of``, ``is_conflict``... read it, and ``message_of`` the server's Status.
+- errors: ``ApiException`` with the HTTP status for every non-2xx answer (it never retries by itself):
+  the library raises it for an answer it reads, ``ApiClient.request`` for one the caller reads;
+  ``status_of``, ``is_conflict``... read it, and ``message_of`` the server's Status.
 
 Kept of the retired hand-written client (``k8s/api.py``) only what the library has no equivalent
 for: turning kopf's ``ConnectionInfo`` into a configuration (the library reads kubeconfigs and the
@@ -57,7 +58,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 __all__ = [  # ApiException is re-exported: it is what callers catch
     "API_ERRORS", "JSON_PATCH", "MERGE_PATCH", "STREAM_MARGIN_S", "TIMEOUT_S", "ApiClient", "ApiException", "body_of",
     "configuration_of", "from_connection_info", "in_cluster", "is_conflict", "is_gone", "is_not_found", "is_retryable",
-    "load_api_client", "merge_patch", "message_of", "read_body", "read_ok", "status_of", "time_bound", "to_dict",
+    "load_api_client", "merge_patch", "message_of", "read_body", "status_of", "time_bound", "to_dict",
     "verification_failed",
 ]
 
@@ -95,13 +96,20 @@ class ApiClient(k8s.ApiClient):
         if _request_timeout is None:
             _request_timeout = time_bound(query_params, self.timeout_s)
         try:
-            return await super().request(method, url, query_params=query_params, headers=headers,
-                                         post_params=post_params, body=body, _preload_content=_preload_content,
-                                         _request_timeout=_request_timeout)
+            response = await super().request(method, url, query_params=query_params, headers=headers,
+                                             post_params=post_params, body=body, _preload_content=_preload_content,
+                                             _request_timeout=_request_timeout)
         except TimeoutError as exc:
             if isinstance(exc, aiohttp.ClientError):  # aiohttp's own, which says what ran out
                 raise
             raise TimeoutError(f"Kubernetes API {method} {url}: no answer within {_seconds(_request_timeout)}") from exc
+        if not _preload_content and not 200 <= int(getattr(response, "status", 200)) <= 299:
+            # The library checks the status only of an answer it reads itself: unchecked, a 404 or a 403
+            # would be read by the caller as an object (or an empty listing) made of the server's Status.
+            error = ApiException(status=response.status, reason=str(getattr(response, "reason", "") or ""))
+            error.body = await read_body(response)
+            raise error
+        return response
 
 
 def time_bound(query_params: Any, timeout_s: float) -> float | aiohttp.ClientTimeout:
@@ -137,19 +145,6 @@ async def read_body(response: Any) -> bytes:
                            "its time bound") from exc
     finally:
         response.release()
-
-
-async def read_ok(response: Any) -> bytes:
-    """``read_body`` of a successful answer; ApiException (its status, reason and body) for any other: a
-    call made with ``_preload_content=False`` does not raise on its own, and a 404 would read as the
-    apiserver's ``Status`` object."""
-    body = await read_body(response)
-    status = int(getattr(response, "status", 200))
-    if not 200 <= status <= 299:
-        exc = ApiException(status=status, reason=str(getattr(response, "reason", "")))
-        exc.body = body
-        raise exc
-    return body
 
 
 def in_cluster() -> bool:

@@ -52,6 +52,7 @@ import kubernetes_asyncio.client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from trainguard.k8s import listwatch, pods
+from trainguard.k8s.client import message_of
 from trainguard.k8s.kubejobs import jobset as jobset_kind
 from trainguard.k8s.kubejobs import pytorchjob as pytorchjob_kind
 from trainguard.model import clock as clock_mod
@@ -147,8 +148,7 @@ class PodLogSource:
 
     def failed(self, what: str, exc: BaseException) -> None:
         if self.reachable is not False:
-            why = f"HTTP {exc.status}: {exc.reason}" if isinstance(exc, ApiException) \
-                else f"{type(exc).__name__}: {exc}"
+            why = message_of(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
             logger.error("pod logs: %s failed: %s (retrying with backoff; one line again when it works)",
                          what, " ".join(str(why).split())[:300])
         self.reachable = False
@@ -182,19 +182,12 @@ class PodLogSource:
 
     async def stream(self, path: str, path_params: dict[str, str], query: list[tuple[str, Any]], accept: str,
                      request_timeout: float | None) -> Any:
-        """An open streaming GET (the body not read yet); an error status raises ``ApiException`` (the
-        client does not check the status of a response it does not read)."""
+        """An open streaming GET (the body not read yet); an error status raises ``ApiException``
+        (``client.ApiClient.request``)."""
         resp = await self.api.call_api(path, "GET", path_params=path_params, query_params=query,
                                        header_params={"Accept": accept}, auth_settings=["BearerToken"],
                                        _preload_content=False, _request_timeout=request_timeout)
-        response = resp[0] if isinstance(resp, tuple) else resp
-        if not 200 <= response.status <= 299:
-            try:
-                text = (await response.content.read(4096)).decode("utf-8", errors="replace")
-            finally:
-                response.release()
-            raise ApiException(status=response.status, reason=text.strip()[:300])
-        return response
+        return resp[0] if isinstance(resp, tuple) else resp
 
 
 class PodLogBook(StoreBook):

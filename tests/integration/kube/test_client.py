@@ -102,3 +102,24 @@ async def test_a_watch_outlives_the_time_bound_of_single_calls(kube_api: kube.Lo
             async for event in stream:
                 events.append((event["type"], event["object"].metadata.name))
         assert ("ADDED", "seen") in events
+
+
+async def test_an_error_answer_the_caller_reads_itself_raises_too(kube_api: kube.LocalKube, namespace: str) -> None:
+    """A call made with ``_preload_content=False`` (the adapter reads such bodies as raw JSON) raises on a
+    non-2xx answer like any other: unchecked, a 404 read as an object made of the server's Status, and a
+    refused listing read as an empty one (a watch cache emptied of every workload)."""
+    async with await client.load_api_client(str(kube_api.kubeconfig)) as api:
+        objects, core = k8s.CustomObjectsApi(api), k8s.CoreV1Api(api)
+        with pytest.raises(client.ApiException) as missing:
+            await objects.get_namespaced_custom_object(recovery.GROUP, recovery.VERSION, namespace, recovery.PLURAL,
+                                                       "absent", _preload_content=False)
+        assert client.is_not_found(missing.value)
+        assert '"absent" not found' in client.message_of(missing.value)
+
+        with pytest.raises(client.ApiException) as refused:
+            await core.list_namespaced_pod(namespace, field_selector="spec.noSuchField=x", _preload_content=False)
+        assert client.status_of(refused.value) == 400
+        assert "noSuchField" in client.message_of(refused.value)
+
+        listed = await core.list_namespaced_pod(namespace, _preload_content=False)
+        assert json.loads(await client.read_body(listed))["kind"] == "PodList"

@@ -197,6 +197,8 @@ async def test_discovery_by_watch_maps_only_opted_in_jobsets_with_ranks_nodes_an
                                     "finishedAt": "2026-12-01T10:01:00Z"})
     fresh = await w.adapter.get_job(wid)
     assert (fresh.exit_code, fresh.reason) == (79, "Error")
+    with pytest.raises(base.JobGone):  # never created (deleted, for the engine): gone, not an empty object
+        await w.adapter.get_job(common.workload_id(w.ns, "JobSet", "never-created"))
     status_patch(w.kube, "jobset", "train", w.ns, {"restarts": 1})
     assert (await w.adapter.get_job(wid)).attempt == 1
 

@@ -242,7 +242,7 @@ class CheckJobs:
 
     async def _tail(self, namespace: str, pod: str) -> str:
         try:
-            raw = await client.read_ok(await self._core.read_namespaced_pod_log(
+            raw = await client.read_body(await self._core.read_namespaced_pod_log(
                 pod, namespace, container=CONTAINER, tail_lines=TAIL_LINES, _preload_content=False))
         except ApiException as exc:
             return f"log of pod {namespace}/{pod} not readable: {exc.status} {exc.reason}"
@@ -250,7 +250,7 @@ class CheckJobs:
 
     @staticmethod
     async def _json(call: Any) -> common.Obj:
-        data: common.Obj = json.loads(await client.read_ok(await call))
+        data: common.Obj = json.loads(await client.read_body(await call))
         return data
 
 

@@ -74,7 +74,7 @@ class NodeWriter:
 
     async def read(self, node: str) -> common.Obj:
         try:
-            data: common.Obj = json.loads(await client.read_ok(
+            data: common.Obj = json.loads(await client.read_body(
                 await self._core.read_node(node, _preload_content=False)))
         except ApiException as exc:
             raise base.SchedulerError(f"node {node}: {exc.status} {exc.reason}") from exc
