@@ -16,9 +16,11 @@
 #   hack/local-kube.sh build --cluster  build (or reuse) the simulated cluster's binaries too
 #   hack/local-kube.sh up --cluster --real-node
 #                                        also a real kubelet node real-node-1 (containerd + runc,
-#                                        pods really run; hack/lib/real-node.sh); needs root
-#   hack/local-kube.sh build --real-node  build (or reuse) the real node's kubelet and pause binary,
-#                                        install its Debian packages (for a background build in CI)
+#                                        pods really run; kube-proxy routes Services, CoreDNS
+#                                        answers cluster.local; hack/lib/real-node.sh); needs root
+#   hack/local-kube.sh build --real-node  build (or reuse) the real node's kubelet, kube-proxy,
+#                                        CoreDNS (tools/coredns) and pause binary, install its
+#                                        Debian packages (for a background build in CI)
 #   hack/local-kube.sh up --cluster --slinky   also SchedMD's slurm-operator with a real Slurm 26.05
 #                                        (hack/lib/slinky.sh); writes .local/slinky/env
 #   hack/local-kube.sh build --slinky   build (or reuse) slurm-operator (pinned; Go module registry)
