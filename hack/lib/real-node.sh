@@ -51,6 +51,7 @@ RN_CLUSTER_DOMAIN=cluster.local
 RN_DNS_HEALTH_PORT=$((SIM_PORT_BASE + 60)) # CoreDNS's health and ready endpoints, on RN_HOST_IP
 RN_DNS_READY_PORT=$((SIM_PORT_BASE + 61))
 RN_COREDNS_DIR=$TG_REPO_ROOT/tools/coredns
+RN_MYSQL_IMAGE=localhost/trainguard-mariadb:10.11-1
 
 rn_pidfile() { echo "$RN_DIR/$1.pid"; }
 
@@ -89,7 +90,8 @@ rn_build_pause() {
 }
 
 # rn_build: the kubelet and kube-proxy (next to the apiserver's binaries), CoreDNS and the pause
-# binary, cached; the Debian packages installed when missing. Safe to run in the background while other things start.
+# binary, cached; the MariaDB image (hack/build-mysql-image.sh, cached); the Debian packages
+# installed when missing. Safe to run in the background while other things start.
 rn_build() {
   need_go
   tg_apt_install "${RN_DEB_PACKAGES[@]}"
@@ -121,7 +123,8 @@ rn_build() {
     rm -rf "$tmp"
   fi
   exec 7>&-
-  tg_log "real node: kubelet and kube-proxy $K8S_VERSION, CoreDNS and pause in the cache"
+  "$TG_REPO_ROOT/hack/build-mysql-image.sh" build >/dev/null || tg_die "hack/build-mysql-image.sh build failed"
+  tg_log "real node: kubelet and kube-proxy $K8S_VERSION, CoreDNS, pause and the MariaDB image in the cache"
 }
 
 # --- run -------------------------------------------------------------------------------
@@ -430,6 +433,15 @@ rn_import_images() {
     tg_die "cannot import the operator image"
   rn_ctr images tag --force "${RN_OPERATOR_IMAGE%:*}:$tag" "$RN_OPERATOR_IMAGE" >/dev/null ||
     tg_die "cannot tag the operator image as $RN_OPERATOR_IMAGE"
+  # The MariaDB image of the chart's MySQL subchart (hack/build-mysql-image.sh, cached).
+  out=$("$TG_REPO_ROOT/hack/build-mysql-image.sh" build | tail -1) || tg_die "hack/build-mysql-image.sh build failed"
+  layout=${out%:*}
+  tag=${out##*:}
+  [ -s "$layout/index.json" ] || tg_die "hack/build-mysql-image.sh printed '$out', not an OCI layout"
+  tar -C "$layout" -cf "$tar/mariadb.tar" . || tg_die "cannot pack $layout"
+  rn_ctr images import --base-name "${RN_MYSQL_IMAGE%:*}" "$tar/mariadb.tar" >/dev/null ||
+    tg_die "cannot import the MariaDB image"
+  [ "${RN_MYSQL_IMAGE##*:}" = "$tag" ] || tg_die "the MariaDB image is tagged $tag, not ${RN_MYSQL_IMAGE##*:}"
   rm -f "$tar"/*.tar
 }
 
@@ -553,7 +565,7 @@ rn_up() {
     python3 "$RN_LIB/provisioner.py" "$KUBECONFIG_FILE" "$BIN/kubectl" "$RN_NAME" "$RN_DIR/volumes"
   RN_UP_DONE=1
   tg_log "real node $RN_NAME Ready ($RN_NODE_IP; pods $RN_POD_CIDR; kube-proxy; DNS $RN_DNS_IP, $RN_CLUSTER_DOMAIN);" \
-    "images $RN_PAUSE_IMAGE, $RN_BUSYBOX_IMAGE, trainguard:dev"
+    "images $RN_PAUSE_IMAGE, $RN_BUSYBOX_IMAGE, trainguard:dev, $RN_MYSQL_IMAGE"
 }
 
 rn_down_quiet() {
