@@ -35,6 +35,7 @@ RN_CACHE=$SIM_CACHE/real-node
 RN_PAUSE_IMAGE=registry.k8s.io/pause:3.10
 RN_BUSYBOX_IMAGE=localhost/trainguard-busybox:1
 RN_OPERATOR_IMAGE=docker.io/library/trainguard:dev
+RN_OPERATOR_IMAGE_2=docker.io/library/trainguard:dev-2
 RN_NET=${TG_REAL_NODE_NET:-$(( (SIM_PORT_BASE / 100) % 250 ))}
 need_number TG_REAL_NODE_NET "$RN_NET"
 RN_HOST_IP=10.250.$RN_NET.1
@@ -433,6 +434,9 @@ rn_import_images() {
     tg_die "cannot import the operator image"
   rn_ctr images tag --force "${RN_OPERATOR_IMAGE%:*}:$tag" "$RN_OPERATOR_IMAGE" >/dev/null ||
     tg_die "cannot tag the operator image as $RN_OPERATOR_IMAGE"
+  # the same image under a second tag: a chart upgrade to a new image tag, and its rollback
+  rn_ctr images tag --force "${RN_OPERATOR_IMAGE%:*}:$tag" "$RN_OPERATOR_IMAGE_2" >/dev/null ||
+    tg_die "cannot tag the operator image as $RN_OPERATOR_IMAGE_2"
   # The MariaDB image of the chart's MySQL subchart (hack/build-mysql-image.sh, cached).
   out=$("$TG_REPO_ROOT/hack/build-mysql-image.sh" build | tail -1) || tg_die "hack/build-mysql-image.sh build failed"
   layout=${out%:*}
@@ -565,7 +569,7 @@ rn_up() {
     python3 "$RN_LIB/provisioner.py" "$KUBECONFIG_FILE" "$BIN/kubectl" "$RN_NAME" "$RN_DIR/volumes"
   RN_UP_DONE=1
   tg_log "real node $RN_NAME Ready ($RN_NODE_IP; pods $RN_POD_CIDR; kube-proxy; DNS $RN_DNS_IP, $RN_CLUSTER_DOMAIN);" \
-    "images $RN_PAUSE_IMAGE, $RN_BUSYBOX_IMAGE, trainguard:dev, $RN_MYSQL_IMAGE"
+    "images $RN_PAUSE_IMAGE, $RN_BUSYBOX_IMAGE, trainguard:dev (and :dev-2), $RN_MYSQL_IMAGE"
 }
 
 rn_down_quiet() {
