@@ -526,7 +526,9 @@ rn_up() {
   [ "$(id -u)" = 0 ] || tg_die "the real node needs root (namespaces, cgroups, containerd)"
   rn_build
   mkdir -p "$RN_DIR"
-  if tg_alive "$(rn_pidfile kubelet)" && rn_node_ready; then
+  # Running means all of it: a node of an older up (no kube-proxy, no CoreDNS) is started again.
+  if tg_alive "$(rn_pidfile kubelet)" && tg_alive "$(rn_pidfile kube-proxy)" && tg_alive "$(rn_pidfile coredns)" &&
+      rn_node_ready; then
     tg_log "real node $RN_NAME already running"
     return 0
   fi
