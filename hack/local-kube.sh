@@ -16,9 +16,11 @@
 #   hack/local-kube.sh build --cluster  build (or reuse) the simulated cluster's binaries too
 #   hack/local-kube.sh up --cluster --real-node
 #                                        also a real kubelet node real-node-1 (containerd + runc,
-#                                        pods really run; hack/lib/real-node.sh); needs root
-#   hack/local-kube.sh build --real-node  build (or reuse) the real node's kubelet and pause binary,
-#                                        install its Debian packages (for a background build in CI)
+#                                        pods really run; kube-proxy routes Services, CoreDNS
+#                                        answers cluster.local; hack/lib/real-node.sh); needs root
+#   hack/local-kube.sh build --real-node  build (or reuse) the real node's kubelet, kube-proxy,
+#                                        CoreDNS (tools/coredns) and pause binary, install its
+#                                        Debian packages (for a background build in CI)
 #   hack/local-kube.sh up --cluster --slinky   also SchedMD's slurm-operator with a real Slurm 26.05
 #                                        (hack/lib/slinky.sh); writes .local/slinky/env
 #   hack/local-kube.sh build --slinky   build (or reuse) slurm-operator (pinned; Go module registry)
@@ -236,10 +238,16 @@ make_pki() {
       -keyout "$PKI/ca.key" -out "$PKI/ca.crt" 2>/dev/null || tg_die "openssl: cannot create the CA"
     rm -f "$PKI/apiserver.crt"
   fi
+  # The serving certificate names the `kubernetes` Service's ClusterIP (10.0.0.1) too, as a real
+  # apiserver's does: pods on the real node reach it there (in-cluster config); an older one is remade.
+  if [ -s "$PKI/apiserver.crt" ] && ! openssl x509 -in "$PKI/apiserver.crt" -noout -ext subjectAltName 2>/dev/null |
+      grep -q 'IP Address:10.0.0.1\b'; then
+    rm -f "$PKI/apiserver.crt"
+  fi
   if [ ! -s "$PKI/apiserver.crt" ]; then
     openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
       -keyout "$PKI/apiserver.key" -out "$PKI/apiserver.csr" 2>/dev/null || tg_die "openssl: cannot create the server key"
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' \
+    printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' \
       > "$PKI/apiserver.ext"
     openssl x509 -req -in "$PKI/apiserver.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
       -days 3650 -extfile "$PKI/apiserver.ext" -out "$PKI/apiserver.crt" 2>/dev/null ||
@@ -358,12 +366,16 @@ cmd_up() {
     rm -f "$API_PID"
     # Flags after controller-runtime's envtest, with RBAC instead of AlwaysAllow, a static
     # admin token, and ServiceAccount signing keys so `kubectl create token` works.
-    # ServiceAccount admission is off: no controller creates the `default` ServiceAccount.
-    # The second block is for the simulated cluster (`up --cluster`), harmless without it:
+    # ServiceAccount admission is off without --cluster: no controller creates the `default`
+    # ServiceAccount. With --cluster the controller-manager does, and the admission plugin is on:
+    # it mounts the pod's ServiceAccount token, which a pod on the real node (the chart's operator)
+    # needs to reach the API. The second block is for the simulated cluster, harmless without it:
     # Node authorization, the kubelet (kwok) reached on its InternalIP for logs, webhooks
     # resolved to endpoints, a front-proxy CA that needs its allowed name, no loopback
     # Endpoints for the `kubernetes` Service, and evictions 10 s after a node goes NotReady
     # instead of 300 s.
+    local admission=(--disable-admission-plugins ServiceAccount)
+    [ "$CLUSTER" = 0 ] || admission=(--enable-admission-plugins ServiceAccount)
     start kube-apiserver "$API_PID" "$LOGS/kube-apiserver.log" "$BIN/kube-apiserver" \
       --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
       --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
@@ -373,7 +385,7 @@ cmd_up() {
       --service-account-issuer "$SERVER" --service-account-key-file "$PKI/sa.pub" \
       --service-account-signing-key-file "$PKI/sa.key" \
       --service-cluster-ip-range 10.0.0.0/24 --allow-privileged=true \
-      --disable-admission-plugins ServiceAccount --profiling=false \
+      "${admission[@]}" --profiling=false \
       --kubelet-preferred-address-types InternalIP --enable-aggregator-routing=true \
       --requestheader-client-ca-file "$PKI/ca.crt" --requestheader-allowed-names front-proxy-client \
       --endpoint-reconciler-type none \

@@ -80,8 +80,8 @@ bg_pending_marks() {   # PENDING = the markers of the builds still running, join
 # scheduler, kwok, JobSet, training-operator): about 10 minutes cold on 2 cores.
 if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
   if [ "${TG_SKIP_SIM_CLUSTER:-0}" != 1 ]; then
-    # ... and, as root, the real node's kubelet and pause binary and its Debian packages (containerd,
-    # runc, CNI plugins: tests marked real_node; TG_SKIP_REAL_NODE=1 skips them)
+    # ... and, as root, the real node's kubelet, kube-proxy, CoreDNS and pause binary and its Debian
+    # packages (containerd, runc, CNI plugins: tests marked real_node; TG_SKIP_REAL_NODE=1 skips them)
     sim_flags=(--cluster)
     [ "$(id -u)" != 0 ] || [ "${TG_SKIP_REAL_NODE:-0}" = 1 ] || sim_flags+=(--real-node)
     bg_build "hack/local-kube.sh build ${sim_flags[*]}" "kube or kube_cluster or real_node" \

@@ -148,8 +148,12 @@ class SimCluster:
         return sorted(pods, key=lambda p: str(p["metadata"]["name"]))
 
     def create_namespace(self, prefix: str = "sim") -> str:
+        """A new namespace, once its ``default`` ServiceAccount exists: the apiserver's ServiceAccount
+        admission refuses a pod of a namespace whose ``default`` the controller-manager has not made yet
+        (it retries for about a second only)."""
         name = unique_name(prefix)
         self.kubectl("create", "namespace", name)
+        self.wait(f"the default ServiceAccount of {name}", lambda: self.get("serviceaccount", "default", name))
         return name
 
     def delete_namespace(self, name: str, wait: float = 60) -> None:
