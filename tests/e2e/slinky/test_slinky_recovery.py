@@ -62,6 +62,18 @@ def trail(scene: h.Scene, workload: str) -> list[tuple[str, object]]:
     return [(r.kind.value, r.payload) for r in records(scene, workload)]
 
 
+def recovery_row(scene: h.Scene, workload: str) -> list[str]:
+    """The workload's row of ``kubectl get recoveries`` (NAME WORKLOAD PHASE ATTEMPT LAST-ANOMALY VERDICT
+    ADVICE MODE ...), once it shows the anomaly and the phase has settled."""
+    name = status.object_name(workload)
+
+    def row() -> list[str] | None:
+        lines = scene.cluster.kubectl("get", "recoveries", "-n", scene.namespace).splitlines()
+        cells = next((line.split() for line in lines[1:] if line.split()[0] == name), None)
+        return cells if cells and cells[2] in ("Succeeded", "Failed") and len(cells) > 7 else None
+    return h.wait(f"{name} in kubectl get recoveries", row, diagnose=scene.diagnose)
+
+
 def the_advice(scene: h.Scene, workload: str) -> audit.AuditRecord:
     [advice] = h.wait("the advice", lambda: records(scene, workload, vocab.AuditKind.ADVICE),
                       diagnose=scene.diagnose)
@@ -109,10 +121,9 @@ def test_an_xid_on_a_nodeset_node_is_cordoned_drained_by_slurm_operator_requeued
     assert outcome[0].payload.get("disposition") == "Converged", trail(scene, workload)
 
     # kubectl get recoveries shows it
-    name = status.object_name(workload)
-    listed = h.wait("the recovery in kubectl get recoveries", lambda: (out := cluster.kubectl(
-        "get", "recoveries", "-n", scene.namespace)) and name in out and out, diagnose=scene.diagnose)
-    assert "SlurmJob" in listed or job_id in listed, listed
+    row = recovery_row(scene, workload)
+    assert row[1] == job_id and row[2] == "Succeeded" and row[4:7] == ["gpu_fallen_off_bus", "hardware", "requeue"], row
+    assert row[7] == "Action", row
 
     # the undo: uncordon; slurm-operator returns the Slurm node to service
     code, body = scene.post(operator, f"/api/v1/nodes/{lemon}/undo-drain")
@@ -142,6 +153,9 @@ def test_the_monitor_mode_twin_records_the_same_advice_and_changes_nothing(scene
     assert job["JobState"] == "FAILED" and job["Restarts"] == "0", job
     assert job["ExcNodeList"] == "(null)", job
     assert len(scene.attempts(job_id)) == 1, scene.attempts(job_id)
+    row = recovery_row(scene, workload)
+    assert row[1] == job_id and row[2] == "Failed" and row[4:8] == ["gpu_fallen_off_bus", "hardware", "requeue",
+                                                                    "Monitor"], row
     done = [r for r in records(scene, workload, vocab.AuditKind.ACTION)
             if r.payload.get("status") in ("intent", "done")]
     assert not done, trail(scene, workload)
