@@ -8,7 +8,9 @@ missing permission fails the tests. Its policy is a ``RecoveryPolicy`` applied w
 in a fresh namespace it serves; a Slurm job opts in with ``--comment="trainguard policy=NAME"``.
 
 The job is a 2-node job on the NodeSet's three Slurm nodes (one task per node, ``srun``); on its first
-attempt the task on its second node prints an Xid 79 kernel line naming that node and fails. The
+attempt, once the operator has read its first lines (``start_job``: a job first seen already ended is
+never acted on, by design), the task on its second node prints an Xid 79 kernel line naming that
+node and fails. The
 requeue without that node runs on the two others and completes. (A job holding all three could not
 be requeued without one: Slurm shows no smaller node count it would accept, and the policy refuses
 an exclusion that leaves fewer nodes than the job holds, with its reason recorded.)
@@ -20,7 +22,6 @@ the Slurm node), its jobs cancelled.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import time
@@ -34,6 +35,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.e2e.kube import operator_process as op
+from tests.e2e.kube_cluster.harness import lines_read
 from tests.support import slinky as sl
 from tests.support.slurm import expand_hostlist
 from trainguard.k8s import slinky
@@ -70,7 +72,9 @@ JOB = """#!/bin/bash
 echo "attempt ${{SLURM_RESTART_COUNT:-0}} on $SLURM_JOB_NODELIST" >> {workdir}/attempts-$SLURM_JOB_ID.txt
 srun bash -c '
 echo "iteration 1 on $SLURMD_NODENAME"
-sleep 2
+if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then
+  for i in $(seq 600); do [ -e {workdir}/go-$SLURM_JOB_ID ] && break; sleep 0.5; done
+fi
 if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ] && [ "$SLURM_NODEID" = 1 ]; then
   echo "$(date "+%b %d %H:%M:%S") $SLURMD_NODENAME kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=$$, name=python, \
 GPU has fallen off the bus." >&2
@@ -104,11 +108,15 @@ class Scene:
     workdir: Path
     home: Path
     sa_kubeconfig: Path
-    db_url: str
+    db: Path
     lemon: str = ""
     """The Slurm node whose task printed the Xid (``lemon_of``)."""
     jobs: list[str] = field(default_factory=list)
     processes: list[op.OperatorProcess] = field(default_factory=list)
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite+aiosqlite:///{self.db}"
 
     # ---- the operator ------------------------------------------------------------------------
     def operator(self, name: str = "operator") -> op.OperatorProcess:
@@ -145,12 +153,18 @@ class Scene:
             return exc.code, json.loads(exc.read())
 
     # ---- Slurm ------------------------------------------------------------------------------
-    def submit(self, name: str) -> str:
+    def start_job(self, name: str) -> tuple[str, str, str]:
+        """Submit the job; once the operator has read its first lines, let its first attempt go on to
+        the Xid. Returns the job id, its workload id and the lemon node."""
         script = self.workdir / f"{name}.sh"
         script.write_text(JOB.format(policy=self.policy, name=name, workdir=self.workdir))
         job_id = self.cluster.run("sbatch", "--parsable", str(script)).strip().split(";")[0]
         self.jobs.append(job_id)
-        return job_id
+        workload, lemon = self.workload(job_id), self.lemon_of(job_id)
+        wait(f"the operator reading job {job_id}'s output", lambda: lines_read(self.db, workload) >= 1,
+             diagnose=self.diagnose)
+        (self.workdir / f"go-{job_id}").touch()
+        return job_id, workload, lemon
 
     def workload(self, job_id: str) -> str:
         cluster = self.cluster.run("scontrol", "show", "config")
@@ -242,13 +256,17 @@ def scene(slinky_cluster: sl.SlinkyCluster, tmp_path: Path) -> Iterator[Scene]:
     install_operator_access(cluster)
     namespace = f"tg-slinky-{secrets.token_hex(4)}"
     cluster.kubectl("create", "namespace", namespace)
+    # the namespace stands in for the operator's own (its WorkloadRecovery objects, its pause
+    # ConfigMap): bound there as manifests/base binds trainguard-system
+    cluster.kubectl("create", "rolebinding", "trainguard-operator-namespace", "-n", namespace,
+                    "--clusterrole=trainguard-operator-namespace", f"--serviceaccount={OPERATOR_NS}:{SERVICE_ACCOUNT}")
     workdir, home = tmp_path / "jobs", tmp_path / "home"
     for path in (workdir, home):
         path.mkdir()
     workdir.chmod(0o777)  # the job runs as its submitter on the host slurmds; world-writable as in the other tiers
     sa_kubeconfig = cluster.kube.service_account_kubeconfig(SERVICE_ACCOUNT, OPERATOR_NS, tmp_path / "sa-kubeconfig")
     current = Scene(cluster, namespace, f"slinky-e2e-{secrets.token_hex(3)}", workdir, home, sa_kubeconfig,
-                    f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
+                    tmp_path / "audit.db")
     assert current.all_in_service(), "the NodeSet's nodes are not all in service at the start"
     try:
         yield current
@@ -258,7 +276,3 @@ def scene(slinky_cluster: sl.SlinkyCluster, tmp_path: Path) -> Iterator[Scene]:
 
 def apply_policy(scene: Scene, mode: str) -> None:
     scene.cluster.kubectl("apply", "-f", "-", input=POLICY.format(name=scene.policy, ns=scene.namespace, mode=mode))
-
-
-def env_without_trainguard() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("TRAINGUARD_")}

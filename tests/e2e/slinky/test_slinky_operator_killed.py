@@ -36,9 +36,7 @@ def test_the_operator_killed_between_its_cordon_intent_and_the_write_cordons_exa
             cluster, gate, cluster.kube_node_of(sl.SLURM_NODES[0])):
         killed = scene.operator("killed")
         killed.start()
-        job_id = scene.submit("xid-killed")
-        workload = scene.workload(job_id)
-        lemon = scene.lemon_of(job_id)
+        job_id, workload, lemon = scene.start_job("xid-killed")
         others = [n for n in sl.SLURM_NODES if n != lemon]
 
         assert gate.reached.wait(h.WAIT_S), f"the cordon write never reached the apiserver\n{scene.diagnose()}"

@@ -86,9 +86,7 @@ def test_an_xid_on_a_nodeset_node_is_cordoned_drained_by_slurm_operator_requeued
     h.apply_policy(scene, "Action")
     operator = scene.operator()
     operator.start()
-    job_id = scene.submit("xid")
-    workload = scene.workload(job_id)
-    lemon = scene.lemon_of(job_id)
+    job_id, workload, lemon = scene.start_job("xid")
     others = [n for n in sl.SLURM_NODES if n != lemon]
 
     advice = the_advice(scene, workload).payload
@@ -141,9 +139,7 @@ def test_the_monitor_mode_twin_records_the_same_advice_and_changes_nothing(scene
     h.apply_policy(scene, "Monitor")
     operator = scene.operator()
     operator.start()
-    job_id = scene.submit("xid-monitor")
-    workload = scene.workload(job_id)
-    lemon = scene.lemon_of(job_id)
+    job_id, workload, lemon = scene.start_job("xid-monitor")
 
     advice = the_advice(scene, workload).payload
     assert advice["mode"] == "Monitor" and advice["action"] == "requeue", advice["reasons"]
