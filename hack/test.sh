@@ -88,8 +88,8 @@ if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
     # slurm-operator v1.0.1 compiled from the Go module registry with the cluster's other Go builds
     # (about 2 minutes more cold), and Slurm 26.05, which it needs, from Debian's unstable suite in a
     # root of its own (hack/slurm-root.sh build 26.05: debootstrap, a few minutes cold, cached in
-    # /var/cache/trainguard; a build of its own, so the tests that need only the cluster need not wait
-    # for it). Their tests run once both are done, last in the simulated cluster's group.
+    # /var/cache/trainguard; a build of its own, beside the cluster's). Their tests run once both are
+    # done, in the simulated cluster's worker, last (tests/support/schedule.py).
     slinky=0
     [ "$(id -u)" != 0 ] || [ "${TG_SKIP_SLINKY:-0}" = 1 ] || { slinky=1; sim_flags+=(--slinky); }
     bg_build "hack/local-kube.sh build ${sim_flags[*]}" "kube or kube_cluster or real_node or slinky" \
