@@ -17,6 +17,7 @@ one of them prints an Xid 79 line naming its node and fails (a 2-node job on the
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -60,6 +61,13 @@ def action_rows(scene: h.Scene, operation: actions.Operation) -> list[actions.Ac
 
 def trail(scene: h.Scene, workload: str) -> list[tuple[str, object]]:
     return [(r.kind.value, r.payload) for r in records(scene, workload)]
+
+
+def node_events(scene: h.Scene, workload: str) -> dict[str, str]:
+    """Reason -> message of the node Events on the workload's WorkloadRecovery."""
+    listed = json.loads(scene.cluster.kubectl("get", "events", "-n", scene.namespace, "--field-selector",
+                                              f"involvedObject.name={status.object_name(workload)}", "-o", "json"))
+    return {e["reason"]: e["message"] for e in listed["items"] if e["reason"] in ("NodeOutOfService", "NodeReturned")}
 
 
 def recovery_row(scene: h.Scene, workload: str) -> list[str]:
@@ -131,6 +139,12 @@ def test_an_xid_on_a_nodeset_node_is_cordoned_drained_by_slurm_operator_requeued
     assert not back.get("Reason") or back["Reason"] == "(null)", back
     [resume] = action_rows(scene, actions.Operation.RESUME_NODE)
     assert resume.status is actions.ActionStatus.DONE and resume.args.get("requested_by"), resume
+    # ... and Kubernetes Events say so, on the workload's WorkloadRecovery
+    def both() -> dict[str, str] | None:
+        found = node_events(scene, workload)
+        return found if len(found) == 2 else None
+    events = h.wait("the NodeOutOfService and NodeReturned Events", both, diagnose=scene.diagnose)
+    assert all(lemon in message for message in events.values()), events
     assert operator.alive(), scene.diagnose()
 
 
