@@ -16,7 +16,7 @@
 #   RestApi slurm      its Deployment's pod lands on a kwok node and is Ready without running; the
 #                      operator talks to our slurmrestd instead: it builds the URL from the RestApi
 #                      name with the fixed port 6820, and DEBUG=1 makes it http://localhost:6820
-#   NodeSet slinky     3 pods slinky-0..2, one per kwok node (anti-affinity); pod name = hostname =
+#   NodeSet slinky     3 pods slinky-0..2, one per kwok node (anti-affinity, nodeSelector type=kwok); pod name = hostname =
 #                      Slurm node name
 # Ready when slurm-operator has written each pod into its Slurm node's comment (the whole path:
 # CRDs, JWT, slurmrestd v0.0.44, live slurmd). Writes $TG_SLINKY_DIR/env.
@@ -150,6 +150,7 @@ spec:
   controllerRef: {name: slurm, namespace: $SLINKY_NAMESPACE}
   replicas: 1
   slurmrestd: {image: $SLINKY_IMAGE_PREFIX/slurmrestd:26.05}
+  template: {spec: {nodeSelector: {type: kwok}}}
 ---
 apiVersion: slinky.slurm.net/v1beta1
 kind: NodeSet
@@ -165,6 +166,8 @@ spec:
   logfile: {image: $SLINKY_IMAGE_PREFIX/alpine:latest}
   template:
     spec:
+      # kwok nodes only: with --real-node the real kubelet would try to run these images
+      nodeSelector: {type: kwok}
       affinity:
         podAntiAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
