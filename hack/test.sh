@@ -84,9 +84,22 @@ if [ "${TG_SKIP_KUBE:-0}" != 1 ] && [ -x hack/local-kube.sh ]; then
     # packages (containerd, runc, CNI plugins: tests marked real_node; TG_SKIP_REAL_NODE=1 skips them)
     sim_flags=(--cluster)
     [ "$(id -u)" != 0 ] || [ "${TG_SKIP_REAL_NODE:-0}" = 1 ] || sim_flags+=(--real-node)
-    bg_build "hack/local-kube.sh build ${sim_flags[*]}" "kube or kube_cluster or real_node" \
+    # ... and, as root, SchedMD's slurm-operator (tests marked slinky; TG_SKIP_SLINKY=1 skips them):
+    # slurm-operator v1.0.1 compiled from the Go module registry with the cluster's other Go builds
+    # (about 2 minutes more cold), and Slurm 26.05, which it needs, from Debian's unstable suite in a
+    # root of its own (hack/slurm-root.sh build 26.05: debootstrap, a few minutes cold, cached in
+    # /var/cache/trainguard; a build of its own, beside the cluster's). Their tests run once both are
+    # done, in the simulated cluster's worker, last (tests/support/schedule.py).
+    slinky=0
+    [ "$(id -u)" != 0 ] || [ "${TG_SKIP_SLINKY:-0}" = 1 ] || { slinky=1; sim_flags+=(--slinky); }
+    bg_build "hack/local-kube.sh build ${sim_flags[*]}" "kube or kube_cluster or real_node or slinky" \
       "building the simulated cluster failed (TG_SKIP_SIM_CLUSTER=1 skips those tests)" \
       "$TG_REPO_ROOT/.local/sim-cluster-build.log" hack/local-kube.sh build "${sim_flags[@]}"
+    if [ $slinky = 1 ]; then
+      bg_build "hack/slurm-root.sh build 26.05" "slinky" \
+        "building the Slurm 26.05 root failed (TG_SKIP_SLINKY=1 skips the slurm-operator tests)" \
+        "$TG_REPO_ROOT/.local/slurm-root-26.05-build.log" hack/slurm-root.sh build 26.05
+    fi
   else
     bg_build "hack/local-kube.sh build" "kube" \
       "building the local Kubernetes API failed (TG_SKIP_KUBE=1 skips those tests)" \

@@ -16,7 +16,7 @@
 #   RestApi slurm      its Deployment's pod lands on a kwok node and is Ready without running; the
 #                      operator talks to our slurmrestd instead: it builds the URL from the RestApi
 #                      name with the fixed port 6820, and DEBUG=1 makes it http://localhost:6820
-#   NodeSet slinky     3 pods slinky-0..2, one per kwok node (anti-affinity); pod name = hostname =
+#   NodeSet slinky     3 pods slinky-0..2, one per kwok node (anti-affinity, nodeSelector type=kwok); pod name = hostname =
 #                      Slurm node name
 # Ready when slurm-operator has written each pod into its Slurm node's comment (the whole path:
 # CRDs, JWT, slurmrestd v0.0.44, live slurmd). Writes $TG_SLINKY_DIR/env.
@@ -150,6 +150,7 @@ spec:
   controllerRef: {name: slurm, namespace: $SLINKY_NAMESPACE}
   replicas: 1
   slurmrestd: {image: $SLINKY_IMAGE_PREFIX/slurmrestd:26.05}
+  template: {spec: {nodeSelector: {type: kwok}}}
 ---
 apiVersion: slinky.slurm.net/v1beta1
 kind: NodeSet
@@ -165,6 +166,8 @@ spec:
   logfile: {image: $SLINKY_IMAGE_PREFIX/alpine:latest}
   template:
     spec:
+      # kwok nodes only: with --real-node the real kubelet would try to run these images
+      nodeSelector: {type: kwok}
       affinity:
         podAntiAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
@@ -178,12 +181,22 @@ slinky_scontrol() {
   PATH=$SLINKY_DIR/slurm/bin:$PATH SLURM_CONF=$SLINKY_DIR/slurm/etc/slurm.conf timeout 10 scontrol "$@"
 }
 
-# slinky_comments_ok: every Slurm node's comment names its pod (slurm-operator wrote it)
+# slinky_comments_ok: every NodeSet pod runs on a node, and its Slurm node's comment names the pod on
+# that node (slurm-operator wrote it for this pod). The comment alone is not enough: slurmctld keeps
+# it across a restart (its saved state), and so does etcd the pods, so after `down` and `up` an old
+# comment can be there before slurm-operator has made the pods again (pods the simulated cluster's
+# tests evicted meanwhile).
 slinky_comments_ok() {
-  local i out
+  local i out pods node line
   out=$(slinky_scontrol show node -o 2>/dev/null) || return 1
+  pods=$(sim_kubectl get pods -n "$SLINKY_NAMESPACE" -l app.kubernetes.io/name=slurmd \
+    -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase}{"\n"}{end}' 2>/dev/null) || return 1
   for i in $(seq 0 $((SLINKY_NODES - 1))); do
-    grep -q "^NodeName=slinky-$i .*Comment={.*\"podName\":\"slinky-$i\"" <<<"$out" || return 1
+    node=$(awk -v pod="slinky-$i" '$1 == pod && $3 == "Running" { print $2 }' <<<"$pods")
+    [ -n "$node" ] || return 1
+    line=$(grep "^NodeName=slinky-$i " <<<"$out") || return 1
+    grep -q "Comment={.*\"podName\":\"slinky-$i\"" <<<"$line" && grep -q "Comment={.*\"node\":\"$node\"" <<<"$line" ||
+      return 1
   done
 }
 

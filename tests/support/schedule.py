@@ -5,7 +5,11 @@ a set of concurrent recovery scenarios) are set up once, not once per worker tha
 get one of their tests. The simulated cluster's tests (every ``kube_cluster`` folder) go to one
 worker together: that cluster (controller-manager, scheduler, kwok, JobSet and the
 training-operator beside their own apiserver) is the heaviest service to start and to keep
-running on two cores, so only one worker starts it.
+running on two cores, so only one worker starts it. The Slinky tests (every ``slinky`` folder:
+SchedMD's slurm-operator and a Slurm 26.05 on that same cluster, ``hack/local-kube.sh up --cluster
+--slinky``) belong to that group and come last in it: slurm-operator's fixed port 6820 allows one such
+cluster per machine, and once it is up its NodeSet pods sit on the kwok nodes and it drains a Slurm
+node behind any cordon, which the other simulated-cluster tests must not meet.
 
 The longest groups go first (longest-processing-time first keeps the workers' finishing times
 close): the simulated cluster's, then the end-to-end files, the integration files, and the
@@ -19,6 +23,7 @@ from pathlib import PurePosixPath
 from xdist.scheduler import LoadScopeScheduling
 
 SIMULATED_CLUSTER = "kube_cluster"
+SLINKY = "slinky"
 
 
 def _folders(nodeid: str) -> tuple[str, ...]:
@@ -27,21 +32,24 @@ def _folders(nodeid: str) -> tuple[str, ...]:
 
 def scope(nodeid: str) -> str:
     """The unit of work ``nodeid`` belongs to: its file, or the simulated cluster's group."""
-    if SIMULATED_CLUSTER in _folders(nodeid):
-        return f"the simulated cluster ({SIMULATED_CLUSTER} folders)"
+    folders = _folders(nodeid)
+    if SIMULATED_CLUSTER in folders or SLINKY in folders:
+        return f"the simulated cluster ({SIMULATED_CLUSTER} and {SLINKY} folders)"
     return nodeid.split("::", 1)[0]
 
 
 def rank(nodeid: str) -> int:
-    """Where ``nodeid``'s group goes in the queue: lower first."""
+    """Where ``nodeid`` goes in the queue: lower first (the Slinky tests after the rest of their group)."""
     folders = _folders(nodeid)
     if SIMULATED_CLUSTER in folders:
         return 0
-    if "e2e" in folders:
+    if SLINKY in folders:
         return 1
-    if "integration" in folders:
+    if "e2e" in folders:
         return 2
-    return 3
+    if "integration" in folders:
+        return 3
+    return 4
 
 
 class ByFileAndService(LoadScopeScheduling):

@@ -75,16 +75,11 @@ class SlinkyCluster:
 
     def slurm_node(self, name: str) -> dict[str, str]:
         """``scontrol show node NAME`` as key -> value (Reason and Comment run to the end of their field)."""
-        line = self.run("scontrol", "show", "node", "-o", name).strip()
-        fields: dict[str, str] = {}
-        for part in line.split(" "):
-            key, sep, value = part.partition("=")
-            if sep and key[:1].isupper():
-                fields[key] = value
-                last = key
-            elif fields:
-                fields[last] += " " + part
-        return fields
+        return one_line_fields(self.run("scontrol", "show", "node", "-o", name))
+
+    def slurm_job(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job JOB`` as key -> value (JobState, Restarts, NodeList, ExcNodeList, ...)."""
+        return one_line_fields(self.run("scontrol", "show", "job", "-o", job_id))
 
     def kube_node_of(self, pod: str) -> str:
         return self.kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", "jsonpath={.spec.nodeName}").strip()
@@ -100,6 +95,21 @@ class SlinkyCluster:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
             time.sleep(0.5)
+
+
+def one_line_fields(line: str) -> dict[str, str]:
+    """One record of ``scontrol show ... -o`` as key -> value; a value with spaces (Reason, Comment)
+    runs on to the next ``Key=``."""
+    fields: dict[str, str] = {}
+    last = ""
+    for part in line.strip().split(" "):
+        key, sep, value = part.partition("=")
+        if sep and key[:1].isupper():
+            fields[key] = value
+            last = key
+        elif fields:
+            fields[last] += " " + part
+    return fields
 
 
 @pytest.fixture(scope="session")

@@ -51,3 +51,14 @@ def test_the_simulated_cluster_is_one_group_that_goes_first() -> None:
     assert schedule.scope(ids[1]) == schedule.scope(ids[2]) != schedule.scope(ids[3])
     assert schedule.scope(ids[0]) == "tests/unit/test_cli.py"
     assert sorted(ids, key=schedule.rank) == [ids[1], ids[2], ids[3], ids[4], ids[0]]
+
+
+def test_the_slinky_tests_join_the_simulated_clusters_group_and_come_last_in_it() -> None:
+    """One slurm-operator cluster per machine (port 6820), on the simulated cluster's worker, after the
+    tests that must not meet its NodeSet pods and its drains."""
+    ids = ["tests/integration/slinky/test_s.py::test_a", "tests/e2e/test_z.py::test_b",
+           "tests/e2e/slinky/test_t.py::test_c", "tests/integration/kube_cluster/test_y.py::test_d",
+           "tests/e2e/kube_cluster/test_x.py::test_e"]
+    assert {schedule.scope(i) for i in (ids[0], ids[2], ids[3], ids[4])} == {schedule.scope(ids[3])}
+    assert schedule.scope(ids[1]) == "tests/e2e/test_z.py"
+    assert sorted(ids, key=schedule.rank) == [ids[3], ids[4], ids[0], ids[2], ids[1]]

@@ -91,9 +91,11 @@ class Executor:
         self, scheduler: ports.JobScheduler, ledger: ports.Ledger, clock_: clock.Clock, *,
         blast_limit: BlastLimit | None = None, fence: ports.Fence = ports.ALWAYS_LEADER,
         switch: switch_mod.ActionSwitch = switch_mod.ALWAYS_ON, store_outage: Outage | None = None,
-        scheduler_outage: Outage | None = None,
+        scheduler_outage: Outage | None = None, on_node_change: ports.NodeChanged | None = None,
     ) -> None:
         self._scheduler = scheduler
+        self._on_node_change = on_node_change
+        """Told of each drain step done (``ports.tell_node_change``: the operator's Events)."""
         self.switch = switch
         """Both run-time keys, read before every Action step (``act.switch``)."""
         self._store_outage = store_outage
@@ -224,9 +226,10 @@ class Executor:
 
     async def _finish(self, item: advice.Advice, step: steps.Step, status: actions.ActionStatus,
                       error: str = "", result: dict[str, Any] | None = None) -> None:
-        await self._ledger.finish_action(workload=item.workload, attempt=item.attempt, generation=item.generation,
-                                         step=step.name, status=status, at=self._clock.now(), error=error,
-                                         result=result)
+        row = await self._ledger.finish_action(workload=item.workload, attempt=item.attempt,
+                                               generation=item.generation, step=step.name, status=status,
+                                               at=self._clock.now(), error=error, result=result)
+        await ports.tell_node_change(self._on_node_change, row)
 
     def _expired(self, item: advice.Advice) -> bool:
         return item.deadline is not None and self._clock.now() >= item.deadline

@@ -9,10 +9,13 @@ cross (job snapshots, advice, action and outcome records) live in ``model``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from trainguard.model import actions, advice, checks, lifecycle, workloads
+
+logger = logging.getLogger(__name__)
 
 
 class JobScheduler(Protocol):
@@ -140,6 +143,24 @@ class Ledger(Protocol):
     async def record_watchdog(
         self, *, workload: str, attempt: int, generation: int, payload: dict[str, object], at: float,
     ) -> None: ...
+
+
+NodeChanged = Callable[[actions.ActionRecord], Awaitable[None]]
+"""Told of each node we took out of service or put back, once done (a ``drain_node`` or ``resume_node``
+row of the executor or the undrainer): the operator posts its ``NodeOutOfService`` / ``NodeReturned``
+Events from it. It must not raise (``tell_node_change`` logs what it raises)."""
+NODE_CHANGES = frozenset({actions.Operation.DRAIN_NODE, actions.Operation.RESUME_NODE})
+
+
+async def tell_node_change(listener: NodeChanged | None, row: actions.ActionRecord) -> None:
+    """Hand ``row`` to ``listener`` if it is a node change carried out; never raises (the change is
+    made and recorded; only its report would be lost)."""
+    if listener is None or row.operation not in NODE_CHANGES or row.status is not actions.ActionStatus.DONE:
+        return
+    try:
+        await listener(row)
+    except Exception:
+        logger.exception("reporting %s of %s failed", row.step, row.workload)
 
 
 class Fence(Protocol):

@@ -96,8 +96,11 @@ class Undrainer:
     """Resumes our drained nodes once their policy's time has passed; one per engine."""
 
     def __init__(self, scheduler: ports.NodeScheduler, ledger: ports.Ledger, clock_: clock.Clock,
-                 rule_of: RuleOf, *, validator: ports.NodeValidator | None = None) -> None:
+                 rule_of: RuleOf, *, validator: ports.NodeValidator | None = None,
+                 on_node_change: ports.NodeChanged | None = None) -> None:
         self._scheduler = scheduler
+        self._on_node_change = on_node_change
+        """Told of each resume done, by time or by a person's undo (``ports.tell_node_change``)."""
         self._validation = validate.Validation(validator, ledger, clock_) if validator is not None else None
         """Runs the policies' checks; None: the scheduler cannot run one, nodes return by the rules alone."""
         self._ledger = ledger
@@ -308,7 +311,9 @@ class Undrainer:
 
     async def _finish(self, row: actions.ActionRecord, status: actions.ActionStatus, error: str
                       ) -> actions.ActionRecord:
-        return await self._ledger.finish_action(
+        done = await self._ledger.finish_action(
             workload=row.workload, attempt=row.attempt, generation=row.generation, step=row.step, status=status,
             at=self._clock.now(), error=error,
         )
+        await ports.tell_node_change(self._on_node_change, done)
+        return done

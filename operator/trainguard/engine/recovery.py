@@ -67,12 +67,23 @@ class RecoveryRunner:
             scheduler, store, clock_, blast_limit=self.blast_limit, fence=fence, switch=self.switch,
             store_outage=lambda exc: health_mod.classify(exc) == health_mod.STORE,
             scheduler_outage=lambda exc: (health_mod.classify(exc) == health_mod.SCHEDULER
-                                          and not isinstance(exc, base.JobGone | base.Unsupported)))
+                                          and not isinstance(exc, base.JobGone | base.Unsupported)),
+            on_node_change=self.node_changed)
         self.undrainer = undrain.Undrainer(
             scheduler, store, clock_, lambda name: policies.undrain_rule(name, self.paused),
-            validator=scheduler if isinstance(scheduler, act_ports.NodeValidator) else None)
+            validator=scheduler if isinstance(scheduler, act_ports.NodeValidator) else None,
+            on_node_change=self.node_changed)
         self.paused: str | None = None
         """Why actions are off now, as the last sweep read it (node housekeeping, the gauge)."""
+
+    async def node_changed(self, row: actions.ActionRecord) -> None:
+        """A node we took out of service or put back: handed to the listeners as the action record it
+        is (the operator's ``NodeOutOfService`` / ``NodeReturned`` Events), for a workload still tracked."""
+        rt = self.runtimes.get(row.workload)
+        if rt is not None:
+            await self.reporter.notify(rt, vocab.AuditKind.ACTION, {
+                "operation": row.operation.value, "step": row.step, "status": row.status.value,
+                "arguments": dict(row.args), "generation": row.generation, "error": row.error})
 
     # ------------------------------------------------------------------ one workload's recovery
 

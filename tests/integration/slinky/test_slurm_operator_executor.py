@@ -5,8 +5,10 @@ their Kubernetes nodes and the Slurm nodes' comments are slurm-operator's
 (``hack/local-kube.sh up --cluster --slinky``). The product's engine runs in-process over
 ``k8s.slinky_nodes.SlinkyScheduler`` around the real Slurm adapter, as ``trainguard operator
 --slinky-namespace`` wires it. Two Xid jobs on the same Slurm node make it a lemon under an Action
-policy that allows ``cordonNode``: the executor's drain step (intent before the write) cordons its
-Kubernetes node with our reason, slurm-operator drains the Slurm node with
+policy that allows ``cordonNode`` (``lemonNodeThreshold: 2``: with 1 the first job's advice would
+already cordon the node, and the second job would find it drained, or be advised after our drain):
+the executor's drain step (intent before the write) cordons its Kubernetes node with our reason,
+slurm-operator drains the Slurm node with
 ``slurm-operator: trainguard: ...``; after ``undrainAfter`` our uncordon makes slurm-operator return it
 to service. With the cluster switch off nothing is touched.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -45,7 +48,7 @@ spec:
   mode: Action
   selector: {{accounts: [{account}]}}
   exclusion:
-    lemonNodeThreshold: 1
+    lemonNodeThreshold: 2
     drainLemonNodes: true
     undrainAfter: {undrain}s
   actions: {{allowed: [stop, cordonNode]}}
@@ -75,6 +78,7 @@ async def running_engine(cluster: sl.SlinkyCluster, tmp_path: Path, account: str
         scheduler, store, loader.parse_text(policy, "test"), catalog_mod.load_catalog(), clock_=clock.SystemClock(),
         settings=settings_mod.EngineSettings(allow_action=allow_action, discovery_interval_s=0.5))
     stop = asyncio.Event()
+    assert await asyncio.to_thread(in_service, cluster), f"{LEMON} is not in service at the start"
     task = asyncio.create_task(engine.run(stop))
     try:
         yield store
@@ -83,6 +87,23 @@ async def running_engine(cluster: sl.SlinkyCluster, tmp_path: Path, account: str
         await asyncio.wait_for(task, 60)
         await api.close()
         await store.close()
+        await asyncio.to_thread(leave_as_found, cluster, account)
+
+
+def in_service(cluster: sl.SlinkyCluster) -> bool:
+    """The lemon's Slurm node undrained and its Kubernetes node without a cordon."""
+    node = json.loads(cluster.kubectl("get", "node", cluster.kube_node_of(LEMON), "-o", "json"))
+    return "DRAIN" not in cluster.slurm_node(LEMON)["State"] and not node["spec"].get("unschedulable")
+
+
+def leave_as_found(cluster: sl.SlinkyCluster, account: str) -> None:
+    """The test's jobs cancelled, a cordon of ours lifted, the Slurm node back in service (a failed
+    test must not leave the next one a drained node)."""
+    cluster.run("scancel", f"--account={account}")
+    kube_node = cluster.kube_node_of(LEMON)
+    if slinky.is_ours(json.loads(cluster.kubectl("get", "node", kube_node, "-o", "json"))):
+        cluster.kubectl("patch", "node", kube_node, "--type=merge", "-p", json.dumps(slinky.uncordon_patch(None)))
+    cluster.wait(f"{LEMON} back in service", lambda: in_service(cluster))
 
 
 async def lemon_advice(cluster: sl.SlinkyCluster, store: Any, account: str, workdir: Path) -> dict[str, Any]:

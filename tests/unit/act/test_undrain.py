@@ -388,3 +388,26 @@ async def test_a_node_taken_out_again_after_the_lemon_window_returns_by_time(
     manual_clock.advance(HOUR + 1)
     [row] = await sweeper.sweep()
     assert row.status is actions.ActionStatus.DONE and _resumes(scheduler) == ["node2", "node2"]
+
+
+async def test_each_node_taken_out_and_put_back_is_told_once_done_and_a_failing_listener_changes_nothing(
+    scheduler: fake_scheduler.FakeScheduler, store: audit.AuditStore, advise: AdviceFactory,
+    manual_clock: clock.ManualClock,
+) -> None:
+    """The operator's NodeOutOfService / NodeReturned Events come from these calls (engine.recovery)."""
+    told: list[tuple[str, actions.ActionStatus]] = []
+
+    async def listener(row: actions.ActionRecord) -> None:
+        told.append((row.step, row.status))
+        raise RuntimeError("the API server is away")  # the report is lost, not the change
+
+    drainer = executor.Executor(scheduler, store, manual_clock, on_node_change=listener)
+    await _drain(drainer, store, advise, manual_clock)
+    assert told == [("drain_node:node2", actions.ActionStatus.DONE)]  # not its intent, not the cancel
+    assert scheduler.nodes["node2"].drained
+
+    sweeper = undrain.Undrainer(scheduler, store, manual_clock, {"default": ACTING}.get, on_node_change=listener)
+    manual_clock.advance(HOUR + 1)
+    [row] = await sweeper.sweep()
+    assert row.status is actions.ActionStatus.DONE and not scheduler.nodes["node2"].drained
+    assert told[1:] == [("resume_node:node2", actions.ActionStatus.DONE)]
