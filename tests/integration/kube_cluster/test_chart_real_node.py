@@ -75,6 +75,8 @@ def _sql(cluster: kube_cluster.SimCluster, namespace: str, pod: str, statement: 
     return out.splitlines()
 
 
+@pytest.mark.slow(reason="one release's whole life on a real kubelet: install, upgrade, a MariaDB restart, rollback "
+                  "and helm test (about 170 s on a loaded 2-core machine)")
 def test_the_chart_runs_on_the_real_node_with_its_mysql(real_node: RealNode, helm: helm_support.Helm,
                                                        tmp_path: Path) -> None:
     cluster = real_node.cluster
