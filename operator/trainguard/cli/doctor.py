@@ -6,8 +6,11 @@ slurmctld is configured as the loop needs (``JobRequeue``, ``AccountingStoreFlag
 version and token; the audit database (connect, schema revision, writable); VictoriaLogs / Loki
 (reachable, auth, version, the fields that map lines to jobs, the newest line's age); Prometheus /
 VictoriaMetrics (version, DCGM metrics per node, hostname label vs scheduler node names); with
-``--slinky-namespace``, SchedMD's slurm-operator and the cordon path (``k8s.slinky_probe``, with this
-process's Kubernetes credentials). What is not configured is a warning that says so, never a failure.
+``--slinky-namespace``, SchedMD's slurm-operator and the cordon path (``k8s.slinky_probe``); with the
+scheduler ``kubernetes`` (alone or comma-separated beside a Slurm spec, as the chart passes it) the
+apiserver, the RBAC the operator needs and the CRDs it serves (``k8s.kube_probe``); both with this
+process's Kubernetes credentials (in a pod its ServiceAccount, else ``$KUBECONFIG``). What is not
+configured is a warning that says so, never a failure.
 
 Output: a table (status, check, message, and how to fix each warning or failure), or with
 ``--format json`` one JSON object ``{"checks": [{"name", "status", "message", "fix"?, "details"?}]}``.
@@ -28,6 +31,8 @@ from trainguard.cli import common, config, logsetup, settings_io
 
 logger = logging.getLogger("trainguard.doctor")
 
+KUBERNETES = "kubernetes"
+"""The scheduler spec of JobSets and PyTorchJobs: checked against the apiserver (``_kubernetes``)."""
 GROUP_FACTOR = 4
 """A group of checks (several requests, each within --check-timeout) gets this many timeouts."""
 
@@ -88,13 +93,18 @@ async def run_checks(cfg: config.DoctorSettings) -> list[Any]:
     checks.extend(_files(cfg))
     checks.append(listener.check(cfg.http_listen, cfg.http_token_file))
 
+    specs = [s.strip() for s in (cfg.scheduler or "").split(",") if s.strip()]
+    kubernetes = KUBERNETES in specs
+    slurm_spec = ",".join(s for s in specs if s != KUBERNETES)
     probe: slurm.SchedulerProbe | None = None
-    if cfg.scheduler:
+    if slurm_spec:
         probe = slurm.SchedulerProbe(
-            cfg.scheduler, env=cfg.scheduler_env(), jwt=cfg.slurm_token(), rest_fallback=cfg.rest_fallback,
+            slurm_spec, env=cfg.scheduler_env(), jwt=cfg.slurm_token(), rest_fallback=cfg.rest_fallback,
             client_keys=[str(k) for k in cfg.ssh_key] or None,
             known_hosts=str(cfg.known_hosts) if cfg.known_hosts else None, timeout=timeout)
         scheduler_task = asyncio.ensure_future(report.guarded("scheduler", probe.checks, group))
+    elif kubernetes:
+        scheduler_task = asyncio.ensure_future(_constant([]))
     else:
         scheduler_task = asyncio.ensure_future(_constant([report.warn(
             "scheduler", "not configured: Slurm checks skipped, DCGM hostnames not compared with node names",
@@ -148,26 +158,45 @@ async def run_checks(cfg: config.DoctorSettings) -> list[Any]:
         if cfg.slinky_namespace:
             namespace = cfg.slinky_namespace
             tasks.append(report.guarded("slinky", lambda: _slinky(namespace, call_s=timeout), group))
+        if kubernetes:
+            tasks.append(report.guarded("kubernetes.api", lambda: _kubernetes(call_s=timeout), group))
         for found in await asyncio.gather(*tasks):
             checks.extend(found)
     return checks
 
 
 async def _slinky(namespace: str, *, call_s: float) -> list[Any]:
-    """slurm-operator and the cordon path (``k8s.slinky_probe``), with this process's Kubernetes
-    credentials (in a pod its ServiceAccount, else ``$KUBECONFIG``), each API call within ``call_s``."""
+    """slurm-operator and the cordon path (``k8s.slinky_probe``), each API call within ``call_s``."""
+    from trainguard.k8s import slinky_probe
+
+    return await _with_kube("slinky", "the cluster that runs Slinky", lambda api: slinky_probe.probe(api, namespace),
+                            call_s=call_s)
+
+
+async def _kubernetes(*, call_s: float) -> list[Any]:
+    """The apiserver, the operator's RBAC and CRDs (``k8s.kube_probe``), each API call within ``call_s``."""
+    from trainguard.k8s import kube_probe
+
+    target = kube_probe.Target.from_env(os.environ)
+    return await _with_kube("kubernetes.api", "the cluster the operator serves",
+                            lambda api: kube_probe.probe(api, target), call_s=call_s)
+
+
+async def _with_kube(name: str, cluster: str, probe: Any, *, call_s: float) -> list[Any]:
+    """``probe(api)``'s findings as checks, with this process's Kubernetes credentials (in a pod its
+    ServiceAccount, else ``$KUBECONFIG``); credentials that do not load are one failed check ``name``."""
     from trainguard.doctor import report
-    from trainguard.k8s import client, slinky_probe
+    from trainguard.k8s import client
 
     try:
         api = await client.load_api_client()
     except Exception as exc:  # the library raises its own ConfigException, OSError, ValueError...
         where = "the pod's ServiceAccount" if client.in_cluster() else os.environ.get("KUBECONFIG") or "~/.kube/config"
-        return [report.fail("slinky", f"no Kubernetes credentials from {where}: {type(exc).__name__}: {exc}",
-                            "set KUBECONFIG to the cluster that runs Slinky, or run doctor in the operator's pod")]
+        return [report.fail(name, f"no Kubernetes credentials from {where}: {type(exc).__name__}: {exc}",
+                            f"set KUBECONFIG to {cluster}, or run doctor in the operator's pod")]
     api.timeout_s = call_s
     try:
-        findings = await slinky_probe.probe(api, namespace)
+        findings = await probe(api)
     finally:
         await api.close()
     return [report.Check(f.name, f.status, f.message, f.fix) for f in findings]

@@ -30,6 +30,7 @@ from trainguard.cli.config import (
     READ_ELSEWHERE,
     REPLACED_ENV,
     ConfigError,
+    OperatorSettings,
     Settings,
     env_names,
     flag_of,
@@ -143,8 +144,10 @@ def load(cls: type[S], flags: Mapping[str, Any]) -> S:
 
 
 def unused_environment(cls: type[Settings]) -> list[str]:
-    """``TRAINGUARD_*`` variables of this process that no setting reads."""
-    known = {env for name in cls.model_fields for env in env_names(cls, name)}
+    """``TRAINGUARD_*`` variables of this process that no setting reads. doctor reads the operator's
+    too (where it serves: ``k8s.kube_probe``), as the chart's ``helm test`` pod passes them."""
+    classes: tuple[type[Settings], ...] = (cls, OperatorSettings) if cls.COMMAND == "doctor" else (cls,)
+    known = {env for c in classes for name in c.model_fields for env in env_names(c, name)}
     return sorted(name for name in os.environ if name.startswith(ENV_PREFIX) and name not in known)
 
 

@@ -155,7 +155,7 @@ async def _crds(api: client.ApiClient) -> tuple[Finding, bool]:
         version = found.preferred_version.version if found.preferred_version else found.versions[0].version
         resources = await k8s.CustomObjectsApi(api).get_api_resources(GROUP, version)
     except client.API_ERRORS as exc:
-        return Finding("slinky.crds", "fail", f"API discovery of {GROUP}: {_text(exc)}",
+        return Finding("slinky.crds", "fail", f"API discovery of {GROUP}: {error_text(exc)}",
                        "check that the apiserver is reachable with these credentials (KUBECONFIG), or raise "
                        "--check-timeout"), isinstance(exc, client.ApiException)
     served = sorted({r.name for r in resources.resources or [] if "/" not in r.name})
@@ -183,7 +183,7 @@ async def _operator(api: client.ApiClient) -> list[Finding]:
         unknown = Finding("slinky.version", "warn", "unknown: slurm-operator's Deployment is not visible",
                           f"run doctor with credentials that may list Deployments, or check that slurm-operator is "
                           f"{FIRST_CORDON_SYNC} or later")
-        return [Finding("slinky.operator", "warn", f"cannot list {where}: {_text(exc)}",
+        return [Finding("slinky.operator", "warn", f"cannot list {where}: {error_text(exc)}",
                         "run doctor with credentials that may list Deployments in all namespaces (e.g. an admin's "
                         "kubeconfig); the operator's own ServiceAccount is not granted them"), unknown]
     if not found:
@@ -224,7 +224,7 @@ async def _pods(api: client.ApiClient, namespace: str) -> Finding:
         pods = [client.to_dict(api, pod) for pod in items]
         nodes = {str(n.metadata.name) for n in (await core.list_node()).items or [] if n.metadata}
     except client.API_ERRORS as exc:
-        return Finding("slinky.pods", "fail", f"cannot list slurmd pods in {namespace} or the nodes: {_text(exc)}",
+        return Finding("slinky.pods", "fail", f"cannot list slurmd pods in {namespace} or the nodes: {error_text(exc)}",
                        RBAC_FIX if client.status_of(exc) == 403 else fix)
     if not pods:
         return Finding("slinky.pods", "fail", f"no slurmd pods ({slinky.SLURMD_SELECTOR}) in namespace {namespace}: "
@@ -267,17 +267,17 @@ async def _rbac(api: client.ApiClient, namespace: str) -> Finding:
             if not (review.status and review.status.allowed):
                 denied.append(f"{verb} {resource}" + (f" in {where}" if where else " (cluster)"))
     except client.API_ERRORS as exc:
-        return Finding("slinky.rbac", "warn", f"cannot ask the apiserver what these credentials may do: {_text(exc)}",
-                       RBAC_FIX)
+        return Finding("slinky.rbac", "warn", "cannot ask the apiserver what these credentials may do: "
+                       f"{error_text(exc)}", RBAC_FIX)
     asked = ", ".join(f"{verb} {resource}" for _g, resource, verb, _w in wanted)
-    who = await _user(api)
+    who = await user_of(api)
     if denied:
         return Finding("slinky.rbac", "fail", f"{who} may not {', '.join(denied)}: a lemon node's cordon "
                        "(k8s.slinky_nodes) would fail", RBAC_FIX)
     return Finding("slinky.rbac", "ok", f"{who} may {asked} (pods in namespace {namespace})")
 
 
-async def _user(api: client.ApiClient) -> str:
+async def user_of(api: client.ApiClient) -> str:
     """``user NAME`` of these credentials (a SelfSubjectReview), or ``these credentials`` when not told."""
     try:
         review = await k8s.AuthenticationV1Api(api).create_self_subject_review(k8s.V1SelfSubjectReview())
@@ -287,5 +287,5 @@ async def _user(api: client.ApiClient) -> str:
     return f"user {name}" if name else "these credentials"
 
 
-def _text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     return client.message_of(exc) if isinstance(exc, client.ApiException) else f"{type(exc).__name__}: {exc}"

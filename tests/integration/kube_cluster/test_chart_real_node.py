@@ -9,7 +9,8 @@ restarted); the operator's audit store is the subchart's server, reached through
 (kube-proxy and CoreDNS on the node): the migrated tables are in MariaDB; a RecoveryPolicy applied with
 kubectl is Accepted. ``helm upgrade`` to a new image tag, a restart of the MariaDB pod and
 ``helm rollback`` keep the store's data (a row written before is read after each). ``helm test`` runs
-``trainguard doctor`` in a pod, which finds the store.
+``trainguard doctor`` in a pod, which finds the store and, with the operator's ServiceAccount, the
+apiserver and every permission the operator needs.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def _sql(cluster: kube_cluster.SimCluster, namespace: str, pod: str, statement: 
     return out.splitlines()
 
 
+@pytest.mark.slow(reason="one release's whole life on a real kubelet: install, upgrade, a MariaDB restart, rollback "
+                  "and helm test (about 170 s on a loaded 2-core machine)")
 def test_the_chart_runs_on_the_real_node_with_its_mysql(real_node: RealNode, helm: helm_support.Helm,
                                                        tmp_path: Path) -> None:
     cluster = real_node.cluster
@@ -197,6 +200,10 @@ def test_the_chart_runs_on_the_real_node_with_its_mysql(real_node: RealNode, hel
         assert re.search(rf"^ok\s+database\.schema\s+Alembic revision {version} \(current\)", report,
                          re.MULTILINE), report
         assert re.search(r"^ok\s+database\.writable\s", report, re.MULTILINE), report
+        # kubernetes.enabled: the apiserver and the chart's RBAC, from the operator's ServiceAccount
+        assert re.search(r"^ok\s+kubernetes\.api\s", report, re.MULTILINE), report
+        assert re.search(r"^ok\s+kubernetes\.rbac\s+user system:serviceaccount:", report, re.MULTILINE), report
+        assert re.search(r"^(ok|warn)\s+kubernetes\.crds\s", report, re.MULTILINE), report
         print(cluster.kubectl("logs", "-n", namespace, rolled["metadata"]["name"], "-c", "operator", "--tail", "15"))
     finally:
         helm.run("uninstall", release, "-n", namespace, "--wait", "--timeout", "3m",
