@@ -23,6 +23,7 @@ from aiohttp import web
 from tests.support import services, slurm
 from tests.support.log_shipper import now_rfc3339
 from trainguard.cli import main as cli_main
+from trainguard.doctor import logs
 from trainguard.store import database
 
 
@@ -138,8 +139,10 @@ def push_lines(url: str, rows: list[dict[str, str]], stream_fields: str) -> None
 
 
 def wait_queryable(url: str, count: int, timeout: float = 60) -> None:
-    """Rows become visible to queries about a second after ingest: wait for them, not for a time."""
-    query = urllib.parse.urlencode({"query": "* | count() rows"})
+    """Rows become visible to queries about a second after ingest: wait for them, not for a time. Asked
+    within doctor's own window (``doctor.logs.RECENT``), as doctor will ask: a row counted by a query over
+    all time was once not yet returned by doctor's windowed one under load."""
+    query = urllib.parse.urlencode({"query": f"_time:{logs.RECENT} | count() rows"})
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with urllib.request.urlopen(f"{url}/select/logsql/query?{query}", timeout=30) as resp:

@@ -29,7 +29,7 @@ def test_everything_configured_and_good(slurm_cluster: slurm.SlurmCluster, victo
     run = run_doctor(monkeypatch, env=env)
     assert run.code == 0, run.checks
     not_ok = {c["name"]: c["status"] for c in run.checks if c["status"] != "ok"}
-    assert not_ok == {"loki": "warn"}, run.checks
+    assert not_ok == {"loki": "warn"}, [c for c in run.checks if c["status"] != "ok"]
     assert [c["name"] for c in run.checks] == [
         "config", "policies", "patterns", "http", "slurmrestd", "scheduler", "slurm.JobRequeue", "slurm.job_comment",
         "database", "database.schema", "database.writable", "victorialogs", "victorialogs.streams",
