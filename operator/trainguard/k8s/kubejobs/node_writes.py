@@ -33,30 +33,18 @@ class NodeWriter:
 
     async def exclude(self, node: str, workload: str, reason: str) -> None:
         """Cordon ``node`` and put our taint on it (already so: nothing to do)."""
-        for _ in range(common.CONFLICT_RETRIES):
-            patch = nodes.exclude_patch(await self.read(node), workload or "trainguard", reason, self._now())
-            if patch is None:
-                return
-            if await self._patch(node, patch):
-                logger.info("node %s cordoned and tainted %s: %s", node, nodes.TAINT_KEY, reason)
-                return
-        raise base.SchedulerError(f"node {node}: changed concurrently {common.CONFLICT_RETRIES} times; not excluded")
+        await self.write(node, lambda obj: nodes.exclude_patch(obj, workload or "trainguard", reason, self._now()),
+                         f"cordoned and tainted {nodes.TAINT_KEY}: {reason}", not_done="excluded")
 
     async def lift(self, node: str) -> None:
         """Lift our exclusion of ``node``; a person's cordon or taint stays."""
-        for _ in range(common.CONFLICT_RETRIES):
-            patch = nodes.lift_patch(await self.read(node))
-            if patch is None:
-                return
-            if await self._patch(node, patch):
-                logger.info("node %s: our exclusion lifted", node)
-                return
-        raise base.SchedulerError(f"node {node}: changed concurrently {common.CONFLICT_RETRIES} times; not resumed")
+        await self.write(node, nodes.lift_patch, "our exclusion lifted", not_done="resumed")
 
     async def write(self, node: str, patch_of: Callable[[common.Obj], common.Obj | None], what: str, *,
-                    missing_ok: bool = False) -> None:
-        """Apply ``patch_of(node)`` computed from a fresh read (None: already so); a 409 re-reads. ``missing_ok``:
-        a node that no longer exists is success (nothing left to undo on it)."""
+                    not_done: str | None = None, missing_ok: bool = False) -> None:
+        """Apply ``patch_of(node)`` computed from a fresh read (None: already so); a 409 re-reads. ``what`` is
+        logged once done, ``not_done`` (default ``what``) names it when conflicts win. ``missing_ok``: a node
+        that no longer exists is success (nothing left to undo on it)."""
         for _ in range(common.CONFLICT_RETRIES):
             try:
                 obj = await self.read(node)
@@ -70,7 +58,8 @@ class NodeWriter:
             if await self._patch(node, patch):
                 logger.info("node %s: %s", node, what)
                 return
-        raise base.SchedulerError(f"node {node}: changed concurrently {common.CONFLICT_RETRIES} times; not {what}")
+        raise base.SchedulerError(
+            f"node {node}: changed concurrently {common.CONFLICT_RETRIES} times; not {not_done or what}")
 
     async def read(self, node: str) -> common.Obj:
         try:
