@@ -37,7 +37,7 @@ from kubernetes_asyncio import client as k8s
 
 from trainguard.k8s import client, crds, rbac
 from trainguard.k8s.kubejobs import jobset, pytorchjob
-from trainguard.k8s.slinky_probe import Finding, error_text, user_of
+from trainguard.k8s.slinky_probe import Finding, error_text, may, user_of
 
 SA_NAMESPACE_FILE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 OUR_RESOURCES: Final = ("recoverypolicies", "workloadrecoveries")
@@ -119,16 +119,8 @@ async def _api(api: client.ApiClient) -> Finding:
 async def _rbac(api: client.ApiClient, target: Target) -> Finding:
     asks = target.asks()
     authz = k8s.AuthorizationV1Api(api)
-
-    async def allowed(group: str, resource: str, verb: str, namespace: str | None) -> bool:
-        name, _, sub = resource.partition("/")
-        review = await authz.create_self_subject_access_review(k8s.V1SelfSubjectAccessReview(
-            spec=k8s.V1SelfSubjectAccessReviewSpec(resource_attributes=k8s.V1ResourceAttributes(
-                group=group, resource=name, subresource=sub or None, verb=verb, namespace=namespace))))
-        return bool(review.status and review.status.allowed)
-
     try:
-        answers = await asyncio.gather(*(allowed(g, r, v, ns) for g, r, v, ns, _f in asks))
+        answers = await asyncio.gather(*(may(authz, g, r, v, ns) for g, r, v, ns, _f in asks))
     except client.API_ERRORS as exc:
         return Finding("kubernetes.rbac", "fail", f"cannot ask the apiserver what these credentials may do: "
                        f"{error_text(exc)}", "check the apiserver, or raise --check-timeout")

@@ -261,10 +261,7 @@ async def _rbac(api: client.ApiClient, namespace: str) -> Finding:
     denied = []
     try:
         for group, resource, verb, where in wanted:
-            review = await authz.create_self_subject_access_review(k8s.V1SelfSubjectAccessReview(
-                spec=k8s.V1SelfSubjectAccessReviewSpec(resource_attributes=k8s.V1ResourceAttributes(
-                    group=group, resource=resource, verb=verb, namespace=where))))
-            if not (review.status and review.status.allowed):
+            if not await may(authz, group, resource, verb, where):
                 denied.append(f"{verb} {resource}" + (f" in {where}" if where else " (cluster)"))
     except client.API_ERRORS as exc:
         return Finding("slinky.rbac", "warn", "cannot ask the apiserver what these credentials may do: "
@@ -275,6 +272,16 @@ async def _rbac(api: client.ApiClient, namespace: str) -> Finding:
         return Finding("slinky.rbac", "fail", f"{who} may not {', '.join(denied)}: a lemon node's cordon "
                        "(k8s.slinky_nodes) would fail", RBAC_FIX)
     return Finding("slinky.rbac", "ok", f"{who} may {asked} (pods in namespace {namespace})")
+
+
+async def may(authz: k8s.AuthorizationV1Api, group: str, resource: str, verb: str, namespace: str | None) -> bool:
+    """Whether these credentials may ``verb`` ``resource`` (``name/subresource`` too) of ``group`` in
+    ``namespace`` (None: cluster-wide), by a SelfSubjectAccessReview."""
+    name, _, sub = resource.partition("/")
+    review = await authz.create_self_subject_access_review(k8s.V1SelfSubjectAccessReview(
+        spec=k8s.V1SelfSubjectAccessReviewSpec(resource_attributes=k8s.V1ResourceAttributes(
+            group=group, resource=name, subresource=sub or None, verb=verb, namespace=namespace))))
+    return bool(review.status and review.status.allowed)
 
 
 async def user_of(api: client.ApiClient) -> str:
