@@ -25,6 +25,10 @@ PROGRESS_PATTERN = "progress"
 """Evidence pattern name for a progress line (not a catalog id)."""
 STRAGGLER_PATTERN = "straggler.throughput_drop"
 """Evidence pattern name for a throughput-drop finding (not a catalog id)."""
+IDLE_TICK_S = 1.0
+"""How often a detector that took no line and has no crash window open needs its time-driven
+checks (``tick_due``): hang and throughput windows are minutes long, so once a second loses
+nothing, while ticking 10,000 idle detectors every tailing round cost more than reading their files."""
 
 
 class Matcher(Protocol):
@@ -135,6 +139,7 @@ class WorkloadDetector:
         again only a window after it, so a single sample back at speed in the middle of a drop does
         not replace the levels before the drop with the slow rank's slow one."""
         self._ended = False
+        self._ticked_at: float | None = None
         self.last_progress: anomalies.Evidence | None = None
         """The latest progress line seen (the engine's signal journal samples it)."""
 
@@ -216,11 +221,18 @@ class WorkloadDetector:
     def _has_fatal(self) -> bool:
         return any(e.severity == vocab.Severity.FATAL for e in self._crash.evidence)
 
+    def tick_due(self, now: float) -> bool:
+        """Whether ``tick`` has anything to do for a detector that took no line since its last tick:
+        a crash window is open, or ``IDLE_TICK_S`` passed."""
+        return (self._crash.window_opened is not None or self._ticked_at is None
+                or now - self._ticked_at >= IDLE_TICK_S)
+
     def tick(self) -> list[anomalies.Anomaly]:
         """Time-driven checks: a settled crash window, progress silence, a sustained throughput drop."""
         if self._ended:
             return []
         now = self._clock.now()
+        self._ticked_at = now
         found: list[anomalies.Anomaly] = []
         if (anomaly := self._conclude_crash(now, force=False)) is not None:
             found.append(anomaly)

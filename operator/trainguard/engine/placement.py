@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from trainguard.engine import runtime
 from trainguard.model import clock, workloads
-from trainguard.signals import resume, sources, tailbook, tailer
+from trainguard.signals import positions, resume, sources, tailbook
 from trainguard.store import audit
 
 logger = runtime.logger
@@ -80,7 +80,7 @@ class Placement:
                         row.offset)
             return resume.Start(position(row), row.basis or "stored")  # keep how its start was found
         if job.attempt == 0 and job.started_at is None and not earlier:
-            return resume.Start(tailer.TailPosition(path, None, 0, 0), "first_attempt")
+            return resume.Start(positions.TailPosition(path, None, 0, 0), "first_attempt")
         previous = position(earlier[-1]) if earlier else None
         previous_is_last = bool(earlier) and earlier[-1].attempt == job.attempt - 1
         now = self.clock.now()
@@ -92,7 +92,7 @@ class Placement:
             # The job's first run started while we were watching and was listed a moment later:
             # the file has no earlier attempt of this job, and it was not written before the start
             # by this job. (A file shared with an older job is told apart by mtime or timestamps.)
-            found = resume.Start(tailer.TailPosition(path, None, 0, 0), "first_attempt")
+            found = resume.Start(positions.TailPosition(path, None, 0, 0), "first_attempt")
         level = logging.WARNING if found.basis == "unknown" and found.skipped else logging.INFO
         logger.log(level, "%s attempt %d: reading %s %s", rt.workload, job.attempt, path, found.describe())
         return found
@@ -118,7 +118,7 @@ class Placement:
                     now=self.clock.now()))
                 if found is not None:
                     if found.basis == "unknown":
-                        found = resume.Start(tailer.TailPosition(f.path, None, 0, 0), "first_attempt")
+                        found = resume.Start(positions.TailPosition(f.path, None, 0, 0), "first_attempt")
                     f.tailer.skip_to(found.position)
                     f.consumed, f.basis = found.position, found.basis
                     how = f"{f.path} {found.describe()} (every look came after the start of the first run)"
@@ -160,5 +160,5 @@ def tail_records(rt: runtime.WorkloadRuntime, files: Sequence[sources.Followed])
     ]
 
 
-def position(row: audit.TailRecord) -> tailer.TailPosition:
-    return tailer.TailPosition(row.path, row.inode, row.offset, row.lineno, row.fingerprint)
+def position(row: audit.TailRecord) -> positions.TailPosition:
+    return positions.TailPosition(row.path, row.inode, row.offset, row.lineno, row.fingerprint)

@@ -70,6 +70,7 @@ class Tailing:
         batches = await self.read_round(runtimes)
         self.note_unreadable(runtimes)
         turn = time.monotonic()
+        now = self.clock.now()
         for rt, batch in zip(runtimes, batches, strict=True):
             if time.monotonic() - turn >= YIELD_EVERY_S:
                 # Let the other tasks run (tracking, its store round trips, decisions): a round over
@@ -80,14 +81,14 @@ class Tailing:
                 turn = time.monotonic()
             if rt.closed:
                 continue  # no longer tracked since the round began: its lines are nobody's now
-            await self.feed_batch(rt, batch, tick=False)
-            if rt.detector is not None:
+            fed = await self.feed_batch(rt, batch, tick=False)
+            if rt.detector is not None and (fed or rt.detector.tick_due(now)):
                 running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt
                 for anomaly in rt.detector.tick():
                     if not running and anomaly.symptom in (vocab.Symptom.HANG, vocab.Symptom.STRAGGLER):
                         continue  # the silence or slowness of a run that is not running is no hang
                     await self.decision.handle(rt, anomaly)
-        now = self.clock.now()
+        now = self.clock.now()  # after the feeding, which may take a while
         if self.positions_saved_at is None or now - self.positions_saved_at >= self.settings.position_save_interval_s:
             self.positions_saved_at = now
             await self.placement.save(runtimes)
@@ -174,9 +175,10 @@ class Tailing:
             logger.warning("cannot read the output of %s: %s", rt.workload, exc)
             return []
 
-    async def feed_batch(self, rt: runtime.WorkloadRuntime, batch: Batch, *, tick: bool = True) -> None:
+    async def feed_batch(self, rt: runtime.WorkloadRuntime, batch: Batch, *, tick: bool = True) -> bool:
         """Feed the lines, then one detector tick (``tick=False``: the caller ticks, as the tailing
-        round does); the time-driven checks run once per batch, not after every line."""
+        round does); the time-driven checks run once per batch, not after every line. True when
+        a line was fed."""
         fed = False
         for f, lines in batch:
             for line in lines:
@@ -186,6 +188,7 @@ class Tailing:
         if tick and fed and rt.detector is not None:
             for anomaly in rt.detector.tick():
                 await self.decision.handle(rt, anomaly)
+        return fed
 
     async def feed(self, rt: runtime.WorkloadRuntime, line: signals.LogLine) -> None:
         clean = sanitize.clean_line(line.text)

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from trainguard.signals import tailer
+from trainguard.signals import positions
 
 SCAN_LIMIT = 64 * 1024 * 1024
 """Bytes of an output file scanned for line timestamps at most: a training log of a few days
@@ -61,7 +61,7 @@ _SYSLOG_RE = re.compile(
 class Start:
     """Where to read one file from for the current attempt, and why."""
 
-    position: tailer.TailPosition
+    position: positions.TailPosition
     basis: str
     skipped: int = 0
     """Bytes before ``position`` (after the saved position of an earlier attempt, if any) that
@@ -114,13 +114,13 @@ def pending_start(path: str) -> Start:
     try:
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
-            return Start(tailer.TailPosition(path, st.st_ino, st.st_size, 0, tailer.read_fingerprint(fh, st.st_size)),
-                         "pending")
+            end = positions.TailPosition(path, st.st_ino, st.st_size, 0, positions.read_fingerprint(fh, st.st_size))
+            return Start(end, "pending")
     except FileNotFoundError:
-        return Start(tailer.TailPosition(path, None, 0, 0), "new_file")
+        return Start(positions.TailPosition(path, None, 0, 0), "new_file")
 
 
-def running_start(path: str, *, started_at: float | None, previous: tailer.TailPosition | None,
+def running_start(path: str, *, started_at: float | None, previous: positions.TailPosition | None,
                   previous_is_last: bool, now: float) -> Start:
     """The current attempt ran (running or finished) and we have no position saved for it (blocking I/O).
 
@@ -130,23 +130,23 @@ def running_start(path: str, *, started_at: float | None, previous: tailer.TailP
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below on every path
     except FileNotFoundError:
-        return Start(tailer.TailPosition(path, None, 0, 0), "new_file")
+        return Start(positions.TailPosition(path, None, 0, 0), "new_file")
     try:
         st = os.fstat(fh.fileno())
         scan_from, lineno = 0, 0
         if previous is not None:
             fingerprint = previous.fingerprint
-            same_bytes = not fingerprint or tailer.read_fingerprint(fh, previous.offset) == fingerprint
+            same_bytes = not fingerprint or positions.read_fingerprint(fh, previous.offset) == fingerprint
             kept = previous.inode in (None, st.st_ino) and previous.offset <= st.st_size and same_bytes
             if kept:
                 scan_from, lineno = previous.offset, previous.lineno
             elif previous_is_last:
                 # Only the start of an attempt truncates the file, and we saved a position of the
                 # attempt just before after it had started: the current attempt truncated it.
-                return Start(tailer.TailPosition(path, st.st_ino, 0, 0), "truncated")
+                return Start(positions.TailPosition(path, st.st_ino, 0, 0), "truncated")
 
-        def at(offset: int, lines: int) -> tailer.TailPosition:
-            return tailer.TailPosition(path, st.st_ino, offset, lines, tailer.read_fingerprint(fh, offset))
+        def at(offset: int, lines: int) -> positions.TailPosition:
+            return positions.TailPosition(path, st.st_ino, offset, lines, positions.read_fingerprint(fh, offset))
 
         if scan_from >= st.st_size:
             return Start(at(st.st_size, lineno), "mtime" if started_at is not None else "unknown")
@@ -159,7 +159,7 @@ def running_start(path: str, *, started_at: float | None, previous: tailer.TailP
         fh.close()
 
 
-def _scan(fh: BinaryIO, at: Callable[[int, int], tailer.TailPosition], *, size: int, offset: int, lineno: int,
+def _scan(fh: BinaryIO, at: Callable[[int, int], positions.TailPosition], *, size: int, offset: int, lineno: int,
           started_at: float, now: float) -> Start:
     """Find the first line stamped at or after ``started_at`` between ``offset`` and ``size``."""
     fh.seek(offset)

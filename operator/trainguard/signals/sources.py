@@ -15,7 +15,7 @@ tracked workload (``WorkloadRuntime.book``) and talks to it only through ``LogBo
 
 Implementations: ``tailbook.TailBook`` (output files on a shared file system, the default) and
 ``victorialogs.VictoriaLogsBook`` (a VictoriaLogs server, chosen when ``victorialogs_url`` is set).
-A position is a ``tailer.TailPosition`` for every source, so the existing tail-position table
+A position is a ``positions.TailPosition`` for every source, so the existing tail-position table
 stores them all; each source documents what its fields mean.
 """
 
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from trainguard.model import clock as clock_mod
 from trainguard.model import evidence, signals
 from trainguard.signals import fileio, resume, tailbook
-from trainguard.signals.tailer import TailPosition
+from trainguard.signals.positions import TailPosition
 
 FILES = "files"
 """``LogBook.kind`` of the file book: the engine finds attempt starts in the files themselves."""

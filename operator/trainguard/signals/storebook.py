@@ -6,7 +6,7 @@ keep the same per-stream book: which followed stream a line belongs to, the line
 out, the position a restarted engine resumes from, and the attempt boundary. Only how lines arrive
 (and what a placed attempt start is called in the log) differs; that stays with each source.
 
-Position (a ``tailer.TailPosition``, stored in the tail-position table like a file's): ``offset``
+Position (a ``positions.TailPosition``, stored in the tail-position table like a file's): ``offset``
 is the time (ns) of the newest line handed to detection, ``inode`` how many lines at exactly that
 time were handed out, ``fingerprint`` the hashes of (up to ``HASHES_KEPT`` of) them, ``lineno``
 the line count. A restarted engine reads from that time again and skips those.
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals, times
+from trainguard.signals.positions import TailPosition
 from trainguard.signals.resume import Start
-from trainguard.signals.tailer import TailPosition
 
 NS = times.NS
 HASH_CHARS = 16

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
 from trainguard.signals import fileio, resume
-from trainguard.signals.tailer import LogTailer, TailPosition, read_many
+from trainguard.signals.positions import Mark, TailPosition
+from trainguard.signals.tailer import LogTailer, read_many
 
 logger = logging.getLogger(__name__)
 
@@ -41,18 +42,31 @@ class Followed:
 
     tailer: LogTailer
     source: str
-    consumed: TailPosition | None = None
-    """Just past the last line handed to detection; None until something was read or placed."""
+    _consumed: TailPosition | None = None
     basis: str = ""
     """How the current attempt's start in this file was found (``signals.resume``)."""
     saved: TailPosition | None = None
     ends: collections.deque[tuple[float, TailPosition]] = field(
         default_factory=lambda: collections.deque(maxlen=END_HISTORY))
     end_guard: fileio.OneAtATime[resume.Start] | None = None
+    _mark: Mark | None = None
+    """The last line handed out, not yet made a ``TailPosition`` (``consume`` runs for every line;
+    the position's hash is only needed when it is stored)."""
 
     @property
     def path(self) -> str:
         return self.tailer.path
+
+    @property
+    def consumed(self) -> TailPosition | None:
+        """Just past the last line handed to detection; None until something was read or placed."""
+        if self._mark is not None:
+            self._consumed, self._mark = self.tailer.materialize(self._mark), None
+        return self._consumed
+
+    @consumed.setter
+    def consumed(self, position: TailPosition | None) -> None:
+        self._consumed, self._mark = position, None
 
 
 class TailBook:
@@ -72,7 +86,7 @@ class TailBook:
         position = start.position if start is not None else None
         t = LogTailer(path, self._clock, workload=self.workload, source=source, position=position,
                              pool=self._pool, timeout=self._timeout)
-        f = Followed(t, source, consumed=position, basis=start.basis if start is not None else "",
+        f = Followed(t, source, _consumed=position, basis=start.basis if start is not None else "",
                      end_guard=fileio.OneAtATime(self._pool, self._timeout))
         self.files.append(f)
         return f
@@ -99,7 +113,7 @@ class TailBook:
 
     def consume(self, f: Followed, line: signals.LogLine) -> None:
         """``line`` was handed to detection: a restart resumes after it."""
-        f.consumed = f.tailer.position_after(line.lineno)
+        f._mark = f.tailer.mark_after(line.lineno)
 
     # -- no attempt running ------------------------------------------------------------------------
 

@@ -39,18 +39,17 @@ permissions) sets ``unreadable``, which the engine reports (log, metric, status)
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import resource
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import BinaryIO
 
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
 from trainguard.signals import fileio
+from trainguard.signals.positions import FINGERPRINT_BYTES, Mark, TailPosition, fingerprint_of, read_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +62,11 @@ DEFAULT_MAX_LINE = 64 * 1024
 DEFAULT_MAX_READ = 4 * 1024 * 1024
 """Bytes read per poll at most; a backlog is worked off over several polls, each one bounded."""
 
-FINGERPRINT_BYTES = 128
-"""Bytes before an offset that identify it: long enough to span more than one typical log
-line (a rewritten file matching them by chance is then very unlikely), one small read."""
-
 _CHUNK = 64 * 1024
+
+PATH_CHECK_S = 1.0
+"""How often an open file's path is looked up again (rotation, replacement, deletion); a file that
+shrank is checked at once."""
 
 
 class DescriptorBudget:
@@ -101,45 +100,6 @@ class DescriptorBudget:
 
 DESCRIPTORS = DescriptorBudget()
 """The process-wide budget of the tailers (one process, one descriptor table)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TailPosition:
-    """Where a tailer stands: ``offset`` is just past the last line handed out.
-
-    ``fingerprint`` is ``fingerprint_of`` the ``min(offset, FINGERPRINT_BYTES)`` bytes before
-    ``offset`` ("" when unknown: then only inode and size are checked on restore).
-
-    The same shape holds a log store's position (``signals.storebook``, ``k8s.podlogs``), where
-    the fields mean other things: ``offset`` is a time in nanoseconds, ``inode`` a count of lines
-    and ``fingerprint`` their hashes. The names stay those of the file case and of the stored
-    columns (``tables.TailPositionRow``).
-    """
-
-    path: str
-    inode: int | None
-    """A file: its inode (None: not known, not checked on restore). A log store: how many lines
-    with exactly the time ``offset`` were handed out (a line count, not an inode)."""
-    offset: int
-    """A file: the byte offset just past the last line handed out. A log store: the time (ns) of
-    the newest line handed out."""
-    lineno: int
-    fingerprint: str = ""
-
-
-def fingerprint_of(data: bytes) -> str:
-    """The stored form of the bytes before an offset."""
-    return hashlib.sha256(data).hexdigest()[:32]
-
-
-def read_fingerprint(fh: BinaryIO, offset: int) -> str:
-    """Fingerprint of the bytes before ``offset`` in an open file ("" if they cannot be read)."""
-    n = min(offset, FINGERPRINT_BYTES)
-    try:
-        data = os.pread(fh.fileno(), n, offset - n)
-    except OSError:
-        return ""
-    return fingerprint_of(data) if len(data) == n else ""
 
 
 class LogTailer:
@@ -182,6 +142,7 @@ class LogTailer:
         self._io: fileio.OneAtATime[list[signals.LogLine]] = fileio.OneAtATime(pool, timeout)
         self._closing = False
         self._held = False  # the open file counts in DESCRIPTORS and stays open between polls
+        self._path_checked = float("-inf")  # when ``poll`` last looked the path up (``PATH_CHECK_S``)
         self.unreadable = ""
         """Why the file cannot be read now (e.g. no descriptor left); empty when it can (or does
         not exist yet, which is normal for a pending job)."""
@@ -196,14 +157,24 @@ class LogTailer:
 
     def position_after(self, lineno: int) -> TailPosition:
         """The position just past line ``lineno`` of the last read (``position()`` if unknown)."""
+        return self.materialize(self.mark_after(lineno))
+
+    def mark_after(self, lineno: int) -> Mark:
+        """What ``position_after`` needs, without its hash: taken for every line handed out, while
+        the position itself is only wanted when it is stored (``materialize``), every few seconds."""
         end = self._line_ends.get(lineno)
         if end is None:
-            return self.position()
-        return self._position(end[0], lineno, end[1])
+            return (self._inode, self._committed, self._lineno, self._tail_at_commit)
+        return (self._inode, end[0], lineno, end[1])
+
+    def materialize(self, mark: Mark) -> TailPosition:
+        """The ``TailPosition`` of a ``mark_after``."""
+        inode, offset, lineno, tail = mark
+        fingerprint = fingerprint_of(tail) if len(tail) == min(offset, FINGERPRINT_BYTES) else ""
+        return TailPosition(self.path, inode, offset, lineno, fingerprint)
 
     def _position(self, offset: int, lineno: int, tail: bytes) -> TailPosition:
-        fingerprint = fingerprint_of(tail) if len(tail) == min(offset, FINGERPRINT_BYTES) else ""
-        return TailPosition(self.path, self._inode, offset, lineno, fingerprint)
+        return self.materialize((self._inode, offset, lineno, tail))
 
     @property
     def stuck(self) -> bool:
@@ -245,9 +216,25 @@ class LogTailer:
         return self._pool
 
     def poll(self) -> list[signals.LogLine]:
-        """The blocking part of ``read_new``: one stat and a bounded read of what was added."""
+        """The blocking part of ``read_new``: a bounded read of what was added.
+
+        An open file costs one ``fstat``, and one ``pread`` when it grew (the bytes before our
+        offset, to tell a truncated and rewritten file, and the new ones). Its path is looked up
+        again (``stat``: rotation, replacement, deletion) every ``PATH_CHECK_S``, or at once when
+        the file shrank. At 10,000 files a round, each call saved is a GIL hand-off of the pool
+        thread; the price is that a replaced file is noticed up to ``PATH_CHECK_S`` late (its old
+        file's last lines are read first, as before)."""
         out: list[signals.LogLine] = []
         self._line_ends = {}
+        size: int | None = None
+        if self._fh is not None:
+            size = os.fstat(self._fh.fileno()).st_size
+            now = self._clock.now()
+            if size >= self._offset and now - self._path_checked < PATH_CHECK_S:
+                if size > self._offset:
+                    self._read_on(out, size)
+                return self._finish(out)
+            self._path_checked = now
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -257,17 +244,30 @@ class LogTailer:
             self._marker(out, self.unreadable)
             return out
         if self._fh is not None:
-            fst = os.fstat(self._fh.fileno())
-            if st is None or st.st_ino != fst.st_ino:
+            if st is None or st.st_ino != self._inode:
                 self._drain_old(out)
+                size = None
                 if st is not None:
                     self._marker(out, "output file was replaced; reading the new file from its start")
-            elif fst.st_size < self._offset or (fst.st_size > self._offset and not self._still_ours()):
+            elif size is not None and size < self._offset:
                 self._reset_to_start()
                 self._marker(out, "output file was truncated; reading from its start")
-        if self._fh is None and (st is None or not self._open(out)):
-            return out
-        self._read(out)
+        if self._fh is None:
+            if st is None or not self._open(out):
+                return out
+            size = None  # just opened: read to its end
+        if size is None or size > self._offset:
+            self._read_on(out, size)
+        return self._finish(out)
+
+    def _read_on(self, out: list[signals.LogLine], size: int | None) -> None:
+        """``_read``; from the file's start, with a marker, when it was truncated and rewritten."""
+        if not self._read(out, size):
+            self._reset_to_start()
+            self._marker(out, "output file was truncated; reading from its start")
+            self._read(out, None)
+
+    def _finish(self, out: list[signals.LogLine]) -> list[signals.LogLine]:
         self._flush_stale_fragment(out)
         if not self._held:
             self._let_go()
@@ -293,16 +293,6 @@ class LogTailer:
         self._inode = None
 
     # ------------------------------------------------------------ internals
-
-    def _still_ours(self) -> bool:
-        """Whether the bytes just before our read offset are still the ones we read."""
-        if self._fh is None or not self._offset or len(self._raw_tail) != min(self._offset, FINGERPRINT_BYTES):
-            return True
-        n = len(self._raw_tail)
-        try:
-            return os.pread(self._fh.fileno(), n, self._offset - n) == self._raw_tail
-        except OSError:
-            return True
 
     def _let_go(self) -> None:
         """Beyond the descriptor budget: close the file after the poll and reopen it at this
@@ -365,22 +355,38 @@ class LogTailer:
 
     def _drain_old(self, out: list[signals.LogLine]) -> None:
         """The path now names another file (or none): read what is left of ours, then let go."""
-        self._read(out)
+        self._read(out, None)  # a rewritten old file: what it holds now is not ours to hand out
         if self._frag or self._dropped:
             self._emit(out)
         self.close()
         self._inode = None
 
-    def _read(self, out: list[signals.LogLine]) -> None:
+    def _read(self, out: list[signals.LogLine], size: int | None) -> bool:
+        """Read on from ``_offset`` (up to ``size`` when known, else to the end), at most
+        ``max_read`` bytes. The first ``pread`` takes the bytes just before ``_offset`` too:
+        False (nothing read) when they are no longer the ones we read, i.e. the file was
+        truncated and rewritten past our offset between two polls."""
         assert self._fh is not None
+        fd = self._fh.fileno()
         budget = self._max_read
+        n = min(self._offset, FINGERPRINT_BYTES)
+        check = n if len(self._raw_tail) == n else 0  # the bytes before the offset are known
         while budget > 0:
-            data = self._fh.read(min(_CHUNK, budget))
+            want = min(budget, _CHUNK if size is None else max(size - self._offset, 1))
+            data = os.pread(fd, check + want, self._offset - check)
+            if check:
+                if data[:check] != self._raw_tail:
+                    return False
+                data = data[check:]
+                check = 0
             if not data:
                 break
             budget -= len(data)
             self._feed(data, out)
             self._raw_tail = (self._raw_tail + data[-FINGERPRINT_BYTES:])[-FINGERPRINT_BYTES:]
+            if size is not None and self._offset >= size:
+                break
+        return True
 
     def _feed(self, data: bytes, out: list[signals.LogLine]) -> None:
         start = 0

@@ -131,7 +131,7 @@ class PatternFiring(BaseModel):
 class TailRecord(BaseModel):
     """Where reading one output file of one attempt stands (``signals.resume`` explains ``basis``).
 
-    A ``signals.tailer.TailPosition`` as stored: for a log store (``source`` names it) ``inode`` is
+    A ``signals.positions.TailPosition`` as stored: for a log store (``source`` names it) ``inode`` is
     a line count and ``offset`` a time in ns, as ``TailPosition`` explains."""
 
     model_config = ConfigDict(frozen=True)

@@ -296,7 +296,7 @@ class TailPositionRow(Base):
     source: orm.Mapped[str] = orm.mapped_column(sa.String(16), default="")
     inode: orm.Mapped[int | None] = orm.mapped_column(sa.BigInteger)
     """A file's inode; for a log store (Loki, VictoriaLogs, pod logs) the number of lines handed
-    out at the time in ``byte_offset`` (``signals.tailer.TailPosition``)."""
+    out at the time in ``byte_offset`` (``signals.positions.TailPosition``)."""
     byte_offset: orm.Mapped[int] = orm.mapped_column(sa.BigInteger)
     lineno: orm.Mapped[int] = orm.mapped_column(sa.BigInteger)
     fingerprint: orm.Mapped[str] = orm.mapped_column(sa.String(64), default="")

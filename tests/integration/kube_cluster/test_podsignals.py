@@ -25,7 +25,7 @@ from trainguard.cli import main
 from trainguard.k8s import client, node_conditions, podlogs
 from trainguard.model import clock, signals
 from trainguard.signals import resume
-from trainguard.signals.tailer import TailPosition
+from trainguard.signals.positions import TailPosition
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.kube_cluster, pytest.mark.timeout(600)]
 

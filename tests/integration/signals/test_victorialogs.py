@@ -21,7 +21,8 @@ from tests.support.victorialogs import VictoriaLogsServer
 from trainguard.model import clock
 from trainguard.signals import resume
 from trainguard.signals import victorialogs as vl
-from trainguard.signals.tailer import MARKER, TailPosition
+from trainguard.signals.positions import TailPosition
+from trainguard.signals.tailer import MARKER
 
 pytestmark = [pytest.mark.integration, pytest.mark.victorialogs]
 

@@ -14,8 +14,9 @@ import pytest
 from trainguard.k8s import kube_signals, podlogs, pods
 from trainguard.model import clock
 from trainguard.signals import resume, sources
+from trainguard.signals.positions import TailPosition
 from trainguard.signals.storebook import Stream
-from trainguard.signals.tailer import MARKER, TailPosition
+from trainguard.signals.tailer import MARKER
 
 PATH = "k8s://team/JobSet/train"
 T0 = 1796155200 * pods.NS  # 2026-12-01T20:00:00Z

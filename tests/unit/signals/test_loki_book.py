@@ -13,8 +13,8 @@ from tests.support.loki_replay import LokiReplay, recorded, until
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
 from trainguard.signals import loki_book
+from trainguard.signals.positions import TailPosition
 from trainguard.signals.resume import Start
-from trainguard.signals.tailer import TailPosition
 
 pytestmark = pytest.mark.unit
 

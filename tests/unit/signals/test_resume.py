@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.signals import resume, tailer
+from trainguard.signals import positions, resume
 
 NOW = time.time()
 
@@ -49,7 +49,7 @@ def test_pending_start_is_the_current_end(tmp_path: Path) -> None:
     p.write_bytes(b"attempt 0 line\nXid\n")
     start = resume.pending_start(str(p))
     assert (start.basis, start.position.offset) == ("pending", p.stat().st_size)
-    assert start.position.fingerprint == tailer.fingerprint_of(p.read_bytes())
+    assert start.position.fingerprint == positions.fingerprint_of(p.read_bytes())
 
 
 def test_running_start_skips_lines_stamped_before_the_start(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def test_running_start_continues_after_the_previous_attempts_position(tmp_path: 
     started = NOW - 60
     p = tmp_path / "job.out"
     p.write_text(f"{stamp_iso(started - 30)} attempt 0\n")
-    t = tailer.TailPosition(str(p), p.stat().st_ino, p.stat().st_size, 1, tailer.fingerprint_of(p.read_bytes()))
+    t = positions.TailPosition(str(p), p.stat().st_ino, p.stat().st_size, 1, positions.fingerprint_of(p.read_bytes()))
     with p.open("a") as f:
         f.write(f"{stamp_iso(started + 2)} attempt 1\n")
     start = resume.running_start(str(p), started_at=started, previous=t, previous_is_last=True, now=NOW)
@@ -109,7 +109,7 @@ def test_running_start_continues_after_the_previous_attempts_position(tmp_path: 
 def test_running_start_after_a_truncation_by_the_next_attempt_reads_everything(tmp_path: Path) -> None:
     p = tmp_path / "job.out"
     p.write_text("attempt 0 output, quite a long line\n")
-    t = tailer.TailPosition(str(p), p.stat().st_ino, p.stat().st_size, 1, tailer.fingerprint_of(p.read_bytes()))
+    t = positions.TailPosition(str(p), p.stat().st_ino, p.stat().st_size, 1, positions.fingerprint_of(p.read_bytes()))
     p.write_text("attempt 1 output, longer than the old one was\n")  # truncated, same inode
     start = resume.running_start(str(p), started_at=NOW, previous=t, previous_is_last=True, now=NOW)
     assert (start.basis, start.position.offset) == ("truncated", 0)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainguard.model import clock, signals
-from trainguard.signals import fileio, tailer
+from trainguard.signals import fileio, positions, tailer
 
 
 def make(path: Path, c: clock.ManualClock, **kw: object) -> tailer.LogTailer:
@@ -85,6 +85,28 @@ async def test_rotation_finishes_old_file_then_reads_new(tmp_path: Path) -> None
     t.close()
 
 
+async def test_a_file_replaced_between_path_checks_is_read_to_its_end_then_left(tmp_path: Path) -> None:
+    """A poll of an open file costs one fstat; its path is looked up again every PATH_CHECK_S. A
+    file replaced in between is read on (its writer's last lines) until the next check, which
+    moves to the new file with the marker: no line of either is lost."""
+    c = clock.ManualClock()
+    p = tmp_path / "job.out"
+    p.write_bytes(b"old 1\n")
+    t = make(p, c)
+    assert texts(await t.read_new()) == ["old 1"]
+    assert await t.read_new() == []  # this poll looked the path up
+    os.rename(p, tmp_path / "job.out.1")
+    p.write_bytes(b"fresh\n")
+    with (tmp_path / "job.out.1").open("ab") as f:
+        f.write(b"old 2\n")  # the writer still holds the old file
+    assert texts(await t.read_new()) == ["old 2"]
+    c.advance(tailer.PATH_CHECK_S)
+    got = texts(await t.read_new())
+    assert got[0].startswith(tailer.MARKER) and "replaced" in got[0]
+    assert got[1:] == ["fresh"]
+    t.close()
+
+
 async def test_deleted_file_then_recreated(tmp_path: Path) -> None:
     c = clock.ManualClock()
     p = tmp_path / "job.out"
@@ -140,7 +162,7 @@ async def test_position_restores_after_restart(tmp_path: Path) -> None:
     got = await t2.read_new()
     assert texts(got) == ["partial", "c"] and got[0].lineno == 3
     t2.close()
-    other = tailer.TailPosition(str(p), pos.inode, 10**9, 7)  # offset past the end: file changed meanwhile
+    other = positions.TailPosition(str(p), pos.inode, 10**9, 7)  # offset past the end: file changed meanwhile
     t3 = make(p, c, position=other)
     fresh = texts(await t3.read_new())
     assert "changed while we were stopped" in fresh[0] and fresh[1:] == ["a", "b", "partial", "c"]
@@ -155,7 +177,7 @@ async def test_position_carries_a_fingerprint_that_catches_a_rewrite_while_stopp
     t = make(p, c)
     assert len(await t.read_new()) == 2
     pos = t.position()
-    assert pos.fingerprint == tailer.fingerprint_of(p.read_bytes()[-tailer.FINGERPRINT_BYTES:])
+    assert pos.fingerprint == positions.fingerprint_of(p.read_bytes()[-positions.FINGERPRINT_BYTES:])
     t.close()
     with p.open("r+b") as f:  # Slurm truncates for the next attempt, which prints more than before
         f.truncate(0)
@@ -191,7 +213,7 @@ async def test_position_after_each_line_of_a_batch(tmp_path: Path) -> None:
     got = await t.read_new()
     middle = t.position_after(got[1].lineno)
     assert (middle.offset, middle.lineno) == (8, 2)
-    assert middle.fingerprint == tailer.fingerprint_of(b"one\ntwo\n")
+    assert middle.fingerprint == positions.fingerprint_of(b"one\ntwo\n")
     t.close()
     t2 = make(p, c, position=middle)
     assert texts(await t2.read_new()) == ["three"]
