@@ -17,6 +17,11 @@ It prints one JSON object:
   write) -> the anomaly recorded (the engine's audit listener). This includes the crash
   detector's settle window (the policy's ``detection.settle``, 1 s by default), which collects
   the cascade before concluding; ``detect_missed``: crash lines never turned into an anomaly;
+- ``detect_parts``: that latency in three parts (p50 and p99 each): ``read`` (written -> the engine
+  read the line: the tailing round's delay), ``settle`` (read -> the detector concluded: the settle
+  window plus the wait for the next tick) and ``record`` (concluded -> recorded: the decision and the
+  audit write); ``tail_round_s``: the tailing rounds' durations over the second half (count, p50,
+  p99, max): with every workload read each round, they set the read delay;
 - ``action_p50_s`` / ``action_p99_s``: the anomaly recorded -> the outcome of its advice (in
   Monitor mode the executor records the action it would have issued, ``skipped: monitor mode``);
 - ``rss_mb`` (resident memory at the end), ``rss_peak_mb``; ``cpu_cores``: the engine process's
@@ -246,9 +251,14 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     anomaly_at: dict[str, float] = {}
     outcome_at: dict[str, float] = {}
 
+    parts: dict[str, tuple[float, float]] = {}  # workload -> (line read, detector concluded)
+
     async def listener(kind: str, workload: str, payload: dict[str, object]) -> None:
         if kind == vocab.AuditKind.ANOMALY:
             anomaly_at.setdefault(workload, time.time())
+            seen, concluded = payload.get("first_seen_at"), payload.get("detected_at")
+            if isinstance(seen, float) and isinstance(concluded, float):
+                parts.setdefault(workload, (seen, concluded))
         elif kind == vocab.AuditKind.OUTCOME:
             outcome_at.setdefault(workload, time.time())
 
@@ -256,6 +266,17 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         scheduler, store, loader.parse_text(POLICY, "benchmark policy"), catalog_mod.load_catalog(),
         clock_=clock.SystemClock(), settings=settings_mod.EngineSettings(), listeners=[listener],
     )
+    rounds: list[tuple[float, float]] = []  # (start, seconds) of each tailing round
+    tail_round = engine.tailing.tail
+
+    async def timed_round() -> None:
+        began = time.time()
+        try:
+            await tail_round()
+        finally:
+            rounds.append((began, time.time() - began))
+
+    engine.tailing.tail = timed_round  # type: ignore[method-assign]  # Engine.tail calls it each round
     started = time.time()
     names = [f"slurm/bench-{run_id}/{i}" for i in range(args.workloads)]
     for i, name in enumerate(names):
@@ -315,7 +336,11 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             lines_written = item["lines_written"]
     detect = [anomaly_at[w] - at for w, at in written_at.items() if w in anomaly_at]
     action = [outcome_at[w] - anomaly_at[w] for w in written_at if w in anomaly_at and w in outcome_at]
+    read = [parts[w][0] - at for w, at in written_at.items() if w in parts]
+    settle = [parts[w][1] - parts[w][0] for w in written_at if w in parts]
+    record = [anomaly_at[w] - parts[w][1] for w in written_at if w in parts]
     h_cpu, h_t = half if half is not None else (cpu0, t0)
+    steady = [seconds for began, seconds in rounds if began >= h_t]
     per = args.workloads * max(t1 - h_t, 1e-9) / 60.0  # workload-minutes of the second half
     return {
         **code_commit(),
@@ -329,6 +354,13 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         "detect_max_s": round(max(detect), 3) if detect else None,
         "crashes": len(written_at),
         "detect_missed": len(written_at) - len(detect),
+        "detect_parts": {
+            "read_p50_s": _quantile(read, 0.5), "read_p99_s": _quantile(read, 0.99),
+            "settle_p50_s": _quantile(settle, 0.5), "settle_p99_s": _quantile(settle, 0.99),
+            "record_p50_s": _quantile(record, 0.5), "record_p99_s": _quantile(record, 0.99),
+        },
+        "tail_round_s": {"count": len(steady), "p50": _quantile(steady, 0.5), "p99": _quantile(steady, 0.99),
+                         "max": round(max(steady), 3) if steady else None},
         "action_p50_s": _quantile(action, 0.5),
         "action_p99_s": _quantile(action, 0.99),
         "rss_mb": round(rss, 1),
