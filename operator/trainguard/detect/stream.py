@@ -25,6 +25,9 @@ PROGRESS_PATTERN = "progress"
 """Evidence pattern name for a progress line (not a catalog id)."""
 STRAGGLER_PATTERN = "straggler.throughput_drop"
 """Evidence pattern name for a throughput-drop finding (not a catalog id)."""
+MAX_REPEATED_TEXTS = 1024
+"""Distinct repeated serious lines remembered per attempt, so their copies skip parsing and matching
+(a flood is one text; past this many, copies take the full path, still bounded by ``crash``)."""
 
 
 class Matcher(Protocol):
@@ -134,6 +137,8 @@ class WorkloadDetector:
         """Per line shape: the last peer check that found its job rate low. The levels are taken
         again only a window after it, so a single sample back at speed in the middle of a drop does
         not replace the levels before the drop with the slow rank's slow one."""
+        self._repeated: set[tuple[str, str | None, int | None]] = set()
+        """Lines (text, node, rank) with serious hits that were all repeats (``MAX_REPEATED_TEXTS``)."""
         self._ended = False
         self.last_progress: anomalies.Evidence | None = None
         """The latest progress line seen (the engine's signal journal samples it)."""
@@ -145,6 +150,11 @@ class WorkloadDetector:
         (the engine's tailing round), as the time-driven checks need not run after every line."""
         if self._ended:
             return []
+        if self._repeated and (line.text, line.node, line.rank) in self._repeated and not self._root.active:
+            # The same text from the same place as a line all of whose hits were repeats: it would
+            # add nothing but a count (a node flooding one Xid line), so it costs a lookup only.
+            self._crash.repeats += 1
+            return self.tick() if tick else []
         prefix = hosts.parse_prefix(line.text)
         self.rank_map.observe(prefix)
         rank = line.rank if line.rank is not None else prefix.rank
@@ -155,14 +165,17 @@ class WorkloadDetector:
             if root.host and root.rank is not None:
                 self.rank_map.learn(root.host, root.rank)
         serious = False
+        kept = False
         for pattern_id in self._matcher.match(line.text):
             spec = self._specs.get(pattern_id)
             if spec is None:
                 continue
             fields = self._matcher.extract(pattern_id, line.text)
             item = evidence_from_hit(spec, line, prefix, fields, at=line.received_at)
-            self._crash.add(item, self._clock.now())
+            kept = self._crash.add(item, self._clock.now()) or kept
             serious = serious or spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
+        if serious and not kept and len(self._repeated) < MAX_REPEATED_TEXTS:
+            self._repeated.add((line.text, line.node, line.rank))
         if not serious:
             self._record_progress(line, prefix)
         return self.tick() if tick else []
@@ -186,6 +199,7 @@ class WorkloadDetector:
         self.last_progress = item
         if self._crash.window_opened is not None and not self._has_fatal():
             self._crash.withdraw()
+            self._repeated.clear()  # the withdrawn hits are warnings now: the same line may open a window
         if found.rate is None:
             return
         shape = straggler.line_shape(line.text)
@@ -214,7 +228,7 @@ class WorkloadDetector:
         return self._crash.window_opened is not None
 
     def _has_fatal(self) -> bool:
-        return any(e.severity == vocab.Severity.FATAL for e in self._crash.evidence)
+        return self._crash.has_fatal
 
     def tick(self) -> list[anomalies.Anomaly]:
         """Time-driven checks: a settled crash window, progress silence, a sustained throughput drop."""
