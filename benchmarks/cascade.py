@@ -18,7 +18,8 @@ summaries from each node's agent. Around the burst, ``--crashes`` of the other w
 Xid 79 line (as in ``scale.py``). It reports:
 
 - ``first_cause_s``: the first cause's line written (the writer's clock) -> the job's anomaly
-  recorded (the audit listener); ``category``, ``suspect_nodes``, ``suspect_ranks`` and
+  recorded (the audit listener), and ``first_cause_split_s``: written -> read, read -> concluded
+  (settle window and rounds), concluded -> recorded; ``category``, ``suspect_nodes``, ``suspect_ranks`` and
   ``culprit_named`` (the culprit's node and rank named, and no other: a wrong culprit is a missed
   goal); ``anomalies`` recorded for the job and its ``audit_rows``; ``evidence_items`` in the
   anomaly;
@@ -28,7 +29,9 @@ Xid 79 line (as in ``scale.py``). It reports:
   from it on (``others_during_burst_p50_s`` / ``_p99_s``);
 - ``bytes_behind``: bytes of the job's output not yet handed to detection at the end;
 - ``cpu_s`` (engine process, whole run), ``burst_cpu_s`` (from the first cause to 10 s after),
-  ``rss_peak_mb``.
+  ``rss_peak_mb``; ``round_s_before`` / ``round_s_during_burst``: the engine's tailing rounds (count,
+  p50 and longest, seconds) in the warm-up and from 1 s before the first cause to 10 s after (a
+  line waits up to one round plus the 0.25 s interval to be read, a settled window up to one more).
 
 ``--scenario flood``: one workload whose node prints ``--flood-rate`` identical Xid 79 lines a
 minute for ``--flood-minutes`` (beside ``--flood-others`` quiet workloads, 0 by default, so the
@@ -68,7 +71,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import scale  # noqa: E402  (the repository root must be importable first)
+from benchmarks import cascade_lines, scale  # noqa: E402  (the repository root must be importable first)
 
 from tests.support import fake_scheduler  # noqa: E402
 from trainguard import engine as engine_mod  # noqa: E402
@@ -78,7 +81,7 @@ from trainguard.model import clock, vocab, workloads  # noqa: E402
 from trainguard.policy import loader  # noqa: E402
 from trainguard.store import database  # noqa: E402
 
-RANKS_PER_NODE = 8
+RANKS_PER_NODE = cascade_lines.RANKS_PER_NODE
 CASCADE_GOALS = {"first_cause_s": 2.0, "others_detect_p50_s": 1.0, "others_detect_p99_s": 2.0,
                  "others_detect_missed": 0, "anomalies": 1}
 """Issue 28, goal 4: the first cause and culprit named within 2 s of its line; the other workloads
@@ -88,139 +91,6 @@ FLOOD_GOALS = {"anomalies": 1, "audit_rows": 20, "cpu_s_per_flood_minute": 6.0, 
 at most a tenth of a core (6 s a minute) and its memory not growing with the count of lines."""
 FLOOD_LINE = "gpu-flood-0: NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, name=python, GPU has fallen off the bus."
 """The node's repeated line (pdsh-style node label, as a job's output shows a forwarded kernel log)."""
-
-
-# ------------------------------------------------------------------------------------- the lines
-
-def node_name(rank: int) -> str:
-    return f"gpu{rank // RANKS_PER_NODE:03d}"
-
-
-def first_cause_lines(culprit: int) -> list[str]:
-    """What the culprit rank prints: the Xid its GPU raised, then the CUDA error the process sees."""
-    r = culprit
-    return [
-        f"{r}: NVRM: Xid (PCI:0000:3b:00): 79, pid={40000 + r}, name=python, GPU has fallen off the bus.",
-        f"{r}: [rank{r}]: RuntimeError: CUDA error: unspecified launch failure",
-        f"{r}: [rank{r}]: CUDA kernel errors might be asynchronously reported at some other API call, so the "
-        "stacktrace below might be incorrect.",
-    ]
-
-
-_FRAMES = [
-    "c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f2d6c6f6446 in {lib}/libc10.so)",
-    "c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, "
-    "1000l> > >) + 0x1d2 (0x7f2d6d9b0772 in {lib}/libtorch_cuda.so)",
-    "c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x7f2d6d9b71b3 in {lib}/libtorch_cuda.so)",
-    "c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x14d (0x7f2d6d9b8b9d in {lib}/libtorch_cuda.so)",
-    "<unknown function> + 0xdc253 (0x7f2dbb2b0253 in /lib/x86_64-linux-gnu/libstdc++.so.6)",
-    "<unknown function> + 0x94ac3 (0x7f2dbd2c1ac3 in /lib/x86_64-linux-gnu/libc.so.6)",
-    "clone + 0x44 (0x7f2dbd352a04 in /lib/x86_64-linux-gnu/libc.so.6)",
-]
-_LIB = "/usr/local/lib/python3.10/dist-packages/torch/lib"
-
-
-def rank_lines(r: int, culprit: int) -> list[str]:
-    """One waiting rank's part of the cascade (PyTorch 2.4-style ProcessGroupNCCL output, ~49 lines)."""
-    pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {r}]"
-    e = f"{r}: [rank{r}]:[E1204 10:15:{32 + r % 2}.{774120 + r:09d} ProcessGroupNCCL.cpp"
-    timeout = (f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1043, OpType=ALLREDUCE, "
-               "NumelIn=8388608, NumelOut=8388608, Timeout(ms)=600000) ran for 600088 milliseconds before timing out.")
-    host, local = node_name(r), r % RANKS_PER_NODE
-    lines = [
-        f"{e}:632] {timeout}",
-        f"{e}:1664] {pg} Exception (either an error or timeout) detected by watchdog at work: 1043, last enqueued "
-        "NCCL work: 1043, last completed NCCL work: 1042.",
-        f"{e}:1709] {pg} Timeout at NCCL work: 1043, last enqueued NCCL work: 1043, last completed NCCL work: 1042.",
-        f"{e}:630] {pg} Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, "
-        "subsequent GPU operations might run on corrupted/incomplete data.",
-        f"{e}:636] {pg} To avoid data inconsistency, we are taking the entire process down.",
-        f"{e}:1414] {pg} Process group watchdog thread terminated with exception: {timeout}",
-        f"{r}: Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:609 "
-        "(most recent call first):",
-        *(f"{r}: frame #{i}: {frame.format(lib=_LIB)}" for i, frame in enumerate(_FRAMES)),
-        f"{r}: ",
-        f"{r}: terminate called after throwing an instance of 'c10::DistBackendError'",
-        f"{r}:   what():  {pg} Process group watchdog thread terminated with exception: {timeout}",
-        f"{r}: Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:609 "
-        "(most recent call first):",
-        *(f"{r}: frame #{i}: {frame.format(lib=_LIB)}" for i, frame in enumerate(_FRAMES)),
-        f"{r}: ",
-        f"{r}: Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1418 "
-        "(most recent call first):",
-        *(f"{r}: frame #{i}: {frame.format(lib=_LIB)}" for i, frame in enumerate(_FRAMES)),
-        f"{r}: ",
-        f"{r}: {host}:{3000 + local}:{3100 + local} [{local}] NCCL INFO [Service thread] Connection closed by "
-        f"localRank {local}",
-        f"{r}: {host}:{3000 + local}:{3107 + local} [{local}] misc/socket.cc:538 NCCL WARN Net : Connection closed "
-        f"by remote peer {node_name(culprit)}<{50000 + culprit}>",
-        f"{r}: {host}:{3000 + local}:{3107 + local} [{local}] NCCL INFO transport/net.cc:1150 -> 6",
-        f"{r}: [rank{r}]:[W1204 10:15:34.{100000 + r:09d} ProcessGroupNCCL.cpp:1250] Warning: WARNING: process "
-        "group has NOT been destroyed before we destruct ProcessGroupNCCL. (function ~ProcessGroupNCCL)",
-        f"{r}: [rank{r}]: Traceback (most recent call last):",
-        f'{r}: [rank{r}]:   File "/workspace/pretrain_gpt.py", line 412, in <module>',
-        f"{r}: [rank{r}]:     main()",
-        f'{r}: [rank{r}]:   File "/workspace/pretrain_gpt.py", line 388, in train_step',
-        f"{r}: [rank{r}]:     loss.backward()",
-        f'{r}: [rank{r}]:   File "/usr/local/lib/python3.10/dist-packages/torch/autograd/__init__.py", line 266, in '
-        "backward",
-        f"{r}: [rank{r}]:     Variable._execution_engine.run_backward(",
-        f"{r}: [rank{r}]: torch.distributed.DistBackendError: {pg} Process group watchdog thread terminated "
-        f"with exception: {timeout}",
-    ]
-    if local == 0:  # the node's torchrun agent reports its workers' failure once
-        lines += agent_summary(r)
-    return lines
-
-
-def agent_summary(r: int) -> list[str]:
-    """torch elastic's ``ChildFailedError`` block of one node's agent (its first worker, SIGABRT)."""
-    host = node_name(r)
-    return [f"{r}: {text}" for text in (
-        f"E1204 10:15:35.102000 {2200 + r} torch/distributed/elastic/multiprocessing/api.py:833] failed "
-        f"(exitcode: -6) local_rank: 0 (pid: {2271 + r}) of binary: /usr/bin/python3",
-        "Traceback (most recent call last):",
-        '  File "/usr/local/bin/torchrun", line 8, in <module>',
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
-        "============================================================",
-        "train.py FAILED",
-        "------------------------------------------------------------",
-        "Root Cause (first observed failure):",
-        "[0]:",
-        "  time      : 2026-12-04_10:15:35",
-        f"  host      : {host}",
-        f"  rank      : {r} (local_rank: 0)",
-        f"  exitcode  : -6 (pid: {2271 + r})",
-        "  error_file: <N/A>",
-        f"  traceback : Signal 6 (SIGABRT) received by PID {2271 + r}",
-        "============================================================",
-    )]
-
-
-def burst_lines(ranks: int, culprit: int, total: int, seed: int) -> list[str]:
-    """The cascade of every rank but the culprit, interleaved (each rank's own lines stay in order),
-    cut or repeated to about ``total`` lines."""
-    per_rank = [rank_lines(r, culprit) for r in range(ranks) if r != culprit]
-    rng = random.Random(seed)
-    out: list[str] = []
-    cursors = [0] * len(per_rank)
-    live = list(range(len(per_rank)))
-    while live and len(out) < total:
-        rng.shuffle(live)
-        step = []
-        for i in live:
-            chunk = per_rank[i][cursors[i]:cursors[i] + 4]  # a few lines at a time, as pipes interleave
-            out.extend(chunk)
-            cursors[i] += len(chunk)
-            if cursors[i] < len(per_rank[i]):
-                step.append(i)
-        live = step
-    return out[:total]
-
-
-def progress(step: int, rank: int = 0) -> str:
-    return (f"{rank}: [rank{rank}]: iteration {step}/100000 | consumed samples: {step * 512} | elapsed time per "
-            f"iteration (ms): 912.4 | learning rate: 2.999E-04 | lm loss: 2.146E+00 | 561.2 samples/s\n")
 
 
 # ------------------------------------------------------------------------------------- the writer
@@ -256,7 +126,8 @@ def writer(folder: Path, plan: dict[str, Any]) -> None:
         if burst_at is not None:
             if burst_thread is None and time.time() - start < burst_at:
                 with (folder / "big.out").open("a", encoding="utf-8") as handle:
-                    handle.writelines(progress(step, rank) for rank in range(0, plan["ranks"], plan["ranks"] // 8))
+                    ranks = range(0, plan["ranks"], plan["ranks"] // 8)
+                    handle.writelines(cascade_lines.progress(step, rank) for rank in ranks)
             elif burst_thread is None:
                 burst_thread = threading.Thread(target=_burst, args=(folder / "big.out", plan, note), daemon=True)
                 burst_thread.start()
@@ -285,9 +156,9 @@ def writer(folder: Path, plan: dict[str, Any]) -> None:
 
 def _burst(path: Path, plan: dict[str, Any], note: Callable[[dict[str, Any]], None]) -> None:
     """The first cause, then the cascade in 20 writes over about one second."""
-    lines = burst_lines(plan["ranks"], plan["culprit"], plan["burst"], plan["seed"])
+    lines = cascade_lines.burst_lines(plan["ranks"], plan["culprit"], plan["burst"], plan["seed"])
     with path.open("a", encoding="utf-8") as handle:
-        handle.write("\n".join(first_cause_lines(plan["culprit"])) + "\n")
+        handle.write("\n".join(cascade_lines.first_cause_lines(plan["culprit"])) + "\n")
         handle.flush()
         first = time.time()
         note({"first_cause": first})
@@ -298,7 +169,7 @@ def _burst(path: Path, plan: dict[str, Any], note: Callable[[dict[str, Any]], No
             delay = first + (k + 1) / parts - time.time()
             if delay > 0:
                 time.sleep(delay)
-    note({"burst_written": time.time(), "burst_lines": len(lines) + len(first_cause_lines(0))})
+    note({"burst_written": time.time(), "burst_lines": len(lines) + len(cascade_lines.first_cause_lines(0))})
 
 
 # ------------------------------------------------------------------------------------- the engine
@@ -320,6 +191,15 @@ async def run_engine(args: argparse.Namespace, folder: Path, scenario: str) -> d
         scheduler, store, loader.parse_text(scale.POLICY, "benchmark policy"), catalog_mod.load_catalog(),
         clock_=clock.SystemClock(), settings=settings_mod.EngineSettings(), listeners=[listener],
     )
+    rounds: list[tuple[float, float]] = []  # (start, seconds) of every tailing round
+    real_tail = engine.tailing.tail
+
+    async def timed_tail() -> None:
+        begun = time.time()
+        await real_tail()
+        rounds.append((begun, time.time() - begun))
+
+    engine.tailing.tail = timed_tail  # type: ignore[method-assign]
     started = time.time()
     names = [f"slurm/bench-{run_id}/{i}" for i in range(others)]
     for i, name in enumerate(names):
@@ -333,7 +213,7 @@ async def run_engine(args: argparse.Namespace, folder: Path, scenario: str) -> d
     main_path = folder / ("big.out" if scenario == "cascade" else "flood.out")
     main_path.touch()
     if scenario == "cascade":
-        nodes = [node_name(r) for r in range(0, args.ranks, RANKS_PER_NODE)]
+        nodes = [cascade_lines.node_name(r) for r in range(0, args.ranks, RANKS_PER_NODE)]
         tasks = args.ranks
     else:
         nodes, tasks = ["gpu-flood-0"], 8
@@ -403,8 +283,16 @@ async def run_engine(args: argparse.Namespace, folder: Path, scenario: str) -> d
     if scenario == "cascade":
         result.update(_cascade_figures(args, events, mine=mine, anomalies=anomalies, names=names, samples=samples,
                                        go_at=go_at))
+        first = next((e["first_cause"] for e in events if "first_cause" in e), None)
+        if first is not None:  # the tailing rounds from the first cause to 10 s after it
+            during = [d for at, d in rounds if first - 1.0 <= at <= first + 10.0]
+            result["round_s_during_burst"] = {"count": len(during), "p50": scale._quantile(during, 0.5),
+                                              "max": round(max(during), 3) if during else None}
     else:
         result.update(_flood_figures(args, events, samples))
+    quiet = [d for at, d in rounds if go_at <= at <= go_at + args.warmup - 1.0]
+    result["round_s_before"] = {"count": len(quiet), "p50": scale._quantile(quiet, 0.5),
+                                "max": round(max(quiet), 3) if quiet else None}
     return result
 
 
@@ -429,11 +317,19 @@ def _cascade_figures(args: argparse.Namespace, events: list[dict[str, Any]], *,
     out: dict[str, Any] = {"ranks": args.ranks, "nodes": args.ranks // RANKS_PER_NODE, "others": args.others,
                            "burst_lines": burst.get("burst_lines"),
                            "burst_write_s": round(burst["burst_written"] - first, 3) if first and burst else None}
-    culprit_node, culprit = node_name(args.culprit), args.culprit
+    culprit_node, culprit = cascade_lines.node_name(args.culprit), args.culprit
     if mine and first is not None:
         at, payload = mine[0]
         out.update({
             "first_cause_s": round(at - first, 3),
+            # where those seconds went: written -> read by the tailer (the anomaly's first_seen_at is
+            # the line's received_at), read -> concluded (detected_at: settle window + rounds),
+            # concluded -> recorded (decision, verdict and the audit row)
+            "first_cause_split_s": {
+                "written_to_read": _diff(payload.get("first_seen_at"), first),
+                "read_to_concluded": _diff(payload.get("detected_at"), payload.get("first_seen_at")),
+                "concluded_to_recorded": _diff(at, payload.get("detected_at")),
+            },
             "category": payload.get("category"),
             "suspect_nodes": payload.get("suspect_nodes"),
             "suspect_ranks": payload.get("suspect_ranks"),
@@ -464,6 +360,12 @@ def _cascade_figures(args: argparse.Namespace, events: list[dict[str, Any]], *,
             out["burst_cpu_s"] = round(after[0][1] - before[-1][1], 2)
             out["burst_cpu_window_s"] = round(after[0][0] - before[-1][0], 1)
     return out
+
+
+def _diff(later: object, earlier: object) -> float | None:
+    if isinstance(later, int | float) and isinstance(earlier, int | float):
+        return round(later - earlier, 3)
+    return None
 
 
 def _flood_figures(args: argparse.Namespace, events: list[dict[str, Any]],

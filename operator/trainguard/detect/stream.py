@@ -243,6 +243,15 @@ class WorkloadDetector:
         found.extend(self._stragglers(now))
         return found
 
+    def conclude_due(self) -> list[anomalies.Anomaly]:
+        """Only the crash window's conclusion, if it has settled: the engine checks open windows
+        between its tailing rounds, so a crash is named ``settle`` after its first line, not a round
+        later (``tick`` runs the other time-driven checks, once a round)."""
+        if self._ended:
+            return []
+        anomaly = self._conclude_crash(self._clock.now(), force=False)
+        return [anomaly] if anomaly is not None else []
+
     def on_exit(self, job: workloads.JobSnapshot) -> list[anomalies.Anomaly]:
         """The attempt ended: conclude any open window, and report a failed exit with no log evidence."""
         if self._ended:

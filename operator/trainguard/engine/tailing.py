@@ -19,6 +19,7 @@ from trainguard.engine import evidence as evidence_mod
 from trainguard.engine import placement as placement_mod
 from trainguard.engine import runtime
 from trainguard.journal import recorder as journal_mod
+from trainguard.model import anomalies as anomaly_mod
 from trainguard.model import clock, signals, vocab, workloads
 from trainguard.observe import metrics as metrics_mod
 from trainguard.policy import ledger
@@ -33,6 +34,11 @@ FEED_BUDGET_S = 0.2
 """How long one round feeds one workload's lines; the rest waits for the next round (``backlog``).
 A 4,096-rank cascade is ~200,000 lines in a second, seconds of parsing: fed in one go it would hold
 every other workload's lines (and their crash windows) back that long (issue 28, goal 4)."""
+
+CONCLUDE_INTERVAL_S = 0.05
+"""How often the open crash windows are checked between tailing rounds (``conclude_due``): a window
+settles ``detection.settle`` after its first error line, and waiting for the next round's tick
+instead added up to a round plus the tail interval (0.3-0.6 s in a cascade) to every crash."""
 
 Batch = list[tuple[sources.Followed, list[signals.LogLine]]]
 """New lines of one workload, per file they were read from."""
@@ -60,6 +66,8 @@ class Tailing:
         self.backlog: dict[str, Batch] = {}
         """Workload -> lines read but not yet fed (``FEED_BUDGET_S``): fed first, before its files are
         read again, so order holds and at most one read's worth waits per workload."""
+        self.settling: set[str] = set()
+        """Workloads whose crash window was open after their last batch: ``conclude_due`` looks at these."""
         self.unreadable: dict[str, str] = {}
         """Workload -> why its output cannot be read now (``note_unreadable``): such a workload is
         reported (log, ``trainguard_unreadable_workloads``, status), never silently unmonitored."""
@@ -94,16 +102,36 @@ class Tailing:
             if rest:
                 self.backlog[rt.workload] = rest
             if rt.detector is not None:
-                running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt
-                for anomaly in rt.detector.tick():
-                    if not running and anomaly.symptom in (vocab.Symptom.HANG, vocab.Symptom.STRAGGLER):
-                        continue  # the silence or slowness of a run that is not running is no hang
-                    await self.decision.handle(rt, anomaly)
+                await self._handle(rt, rt.detector.tick())
+                if rt.detector is not None and rt.detector.settling:
+                    self.settling.add(rt.workload)
         now = self.clock.now()
         if self.positions_saved_at is None or now - self.positions_saved_at >= self.settings.position_save_interval_s:
             self.positions_saved_at = now
             await self.placement.save(runtimes)
         await self.journal.flush()
+
+    async def conclude_due(self) -> None:
+        """Between rounds: conclude the crash windows that have settled (``CONCLUDE_INTERVAL_S``)."""
+        for workload in list(self.settling):
+            rt = self.runtimes.get(workload)
+            if rt is None or rt.closed or rt.detector is None or not rt.detector.settling:
+                self.settling.discard(workload)
+                continue
+            await self._handle(rt, rt.detector.conclude_due())
+            if rt.detector is None or not rt.detector.settling:
+                self.settling.discard(workload)
+
+    async def _handle(self, rt: runtime.WorkloadRuntime, found: Sequence[anomaly_mod.Anomaly]) -> None:
+        """A detector's time-driven anomalies to the decision; the silence or slowness of a run that is
+        not running is no hang."""
+        if not found or rt.detector is None:
+            return
+        running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt
+        for anomaly in found:
+            if not running and anomaly.symptom in (vocab.Symptom.HANG, vocab.Symptom.STRAGGLER):
+                continue
+            await self.decision.handle(rt, anomaly)
 
     def new_detector(self, rt: runtime.WorkloadRuntime, job: workloads.JobSnapshot) -> None:
         """A detector for ``job``'s current attempt, with the effective policy's detection settings."""
