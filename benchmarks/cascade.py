@@ -348,6 +348,18 @@ def _cascade_figures(args: argparse.Namespace, events: list[dict[str, Any]], *,
         "others_detect_p99_s": scale._quantile(detect, 0.99),
         "others_detect_max_s": round(max(detect), 3) if detect else None,
         "others_detect_missed": len(crashes) - len(detect),
+        # where the others' seconds went (p50 of each part, as first_cause_split_s)
+        "others_split_p50_s": {
+            "written_to_read": scale._quantile(
+                [p["first_seen_at"] - crashes[w] for w, ((_, p), *_) in anomalies.items()
+                 if w in crashes and isinstance(p.get("first_seen_at"), float)], 0.5),
+            "read_to_concluded": scale._quantile(
+                [p["detected_at"] - p["first_seen_at"] for w, ((_, p), *_) in anomalies.items()
+                 if w in crashes and isinstance(p.get("first_seen_at"), float)], 0.5),
+            "concluded_to_recorded": scale._quantile(
+                [at - p["detected_at"] for w, ((at, p), *_) in anomalies.items()
+                 if w in crashes and isinstance(p.get("detected_at"), float)], 0.5),
+        },
         "others_before_burst_p50_s": scale._quantile(quiet, 0.5),
         "others_during_burst_p50_s": scale._quantile(loud, 0.5),
         "others_during_burst_p99_s": scale._quantile(loud, 0.99),
