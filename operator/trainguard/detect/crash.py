@@ -6,6 +6,16 @@ ranks arrives over the next moments); when it closes, ``detect.first_cause`` pic
 initiating event and ONE crash anomaly is emitted. Warning hits are kept as evidence but never
 open the window. When the attempt ends (``exit_anomaly``) a failed state or a signal with no
 log evidence is still a crash, categorised from the state/signal with attribution unknown.
+
+Bounded (issue 28, goal 4: a 4,096-rank cascade prints ~200,000 lines in a second; a failing node
+can print the same Xid line 100,000 times a minute): an attempt keeps at most ``MAX_PER_KEY`` hits
+per (pattern, strength as a first cause, node, rank, GPU, Xid) and ``MAX_PER_PATTERN`` per pattern,
+the earliest ones, and only counts the rest (``repeats``). That keeps what ``first_cause`` reads:
+the earliest line of each class and place, every node with hardware evidence, and each rank's
+first timeout line (its ``SeqNum`` / ``last completed NCCL work``) for the lagging-rank analysis.
+Once an anomaly was emitted, only a hit that could be a stronger first cause reopens the window
+(nothing else can change the verdict; ``conclude`` would return None), so a flood after the
+verdict costs no conclusions. The anomaly carries at most ``MAX_ANOMALY_EVIDENCE`` lines.
 """
 
 from __future__ import annotations
@@ -17,8 +27,22 @@ from trainguard.detect import first_cause, hosts
 from trainguard.model import anomalies, vocab, workloads
 
 C = vocab.Category
+_SERIOUS = (vocab.Severity.FATAL, vocab.Severity.ERROR)
 EXIT_PATTERN = "crash.exit_state"
 """Evidence pattern name for a crash read from the scheduler's exit state (not a catalog id)."""
+MAX_PER_KEY = 8
+"""Hits kept per (pattern, strength, node, rank, GPU, Xid): the earliest. More than one, as a rank
+can time out in several process groups (``_lagging_ranks`` reads the first line of each group)."""
+MAX_PER_PATTERN = 16_384
+"""Hits kept per pattern: one line per rank of a 16,384-rank job (the lagging-rank analysis needs
+each rank's first timeout line); past it a pattern's hits are only counted."""
+MAX_ANOMALY_EVIDENCE = 200
+"""Evidence lines an anomaly carries: the initiating line, the other hardware lines (attribution
+names every node with hardware evidence), then the rest in order. The audit row holds the anomaly;
+a cascade's 40,000 lines would make it megabytes."""
+
+Key = tuple[str, int, str | None, int | None, int | None, int | None]
+"""(pattern, strength as a first cause, node, rank, GPU, Xid): hits alike for ``first_cause``."""
 
 _SIGNAL_CATEGORY: Mapping[int, vocab.Category] = {
     int(signals.SIGKILL): C.PROCESS_SIGNAL_KILLED,
@@ -85,38 +109,61 @@ class CrashDetector:
         self._hints = {**hints, EXIT_PATTERN: vocab.Attribution.UNKNOWN}
         self.evidence: list[anomalies.Evidence] = []
         self.root_cause: hosts.RootCause | None = None
+        self.repeats = 0
+        """Hits counted but not kept (``MAX_PER_KEY``, ``MAX_PER_PATTERN``)."""
+        self.has_fatal = False
+        """A fatal hit is on record (it is never withdrawn)."""
+        self._kept: dict[Key, int] = {}
+        self._per_pattern: dict[str, int] = {}
         self._window_opened: float | None = None
         self._emitted: tuple[vocab.Category, first_cause.Rank] | None = None
 
     @property
     def has_serious(self) -> bool:
         """Whether any fatal/error hit is on record (then the exit state adds nothing)."""
-        return any(e.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR) for e in self.evidence)
+        return any(e.severity in _SERIOUS for e in self.evidence)
 
     @property
     def window_opened(self) -> float | None:
         return self._window_opened
 
-    def add(self, item: anomalies.Evidence, now: float) -> None:
-        """Record a hit; a fatal/error hit opens the settle window if none is open."""
+    def add(self, item: anomalies.Evidence, now: float) -> bool:
+        """Record a hit; a fatal/error hit opens the settle window if none is open (after a verdict,
+        only one that could be a stronger first cause). False: a repeat, only counted."""
+        strength = first_cause.classify(item)
+        key = (item.pattern, int(strength), item.node, item.rank, item.gpu, item.xid)
+        if self._kept.get(key, 0) >= MAX_PER_KEY or self._per_pattern.get(item.pattern, 0) >= MAX_PER_PATTERN:
+            self.repeats += 1
+            return False
+        self._kept[key] = self._kept.get(key, 0) + 1
+        self._per_pattern[item.pattern] = self._per_pattern.get(item.pattern, 0) + 1
         self.evidence.append(item)
-        opens = item.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
+        self.has_fatal = self.has_fatal or item.severity == vocab.Severity.FATAL
+        opens = item.severity in _SERIOUS and (self._emitted is None or strength < self._emitted[1])
         if opens and self._window_opened is None:
             self._window_opened = now
+        return True
 
     def withdraw(self) -> None:
         """Close the window without a verdict: the workload made progress after the error.
 
         The evidence so far is kept as warnings, so it is shown as context but can no longer be
-        picked as the first cause of a later, real crash.
+        picked as the first cause of a later, real crash. As warnings they are hits of other keys
+        (their strength changed): at most ``MAX_PER_KEY`` of each are kept, so a retry loop that
+        fails and recovers forever stays bounded.
         """
         self._window_opened = None
-        self.evidence = [
-            e.model_copy(update={"severity": vocab.Severity.WARNING})
-            if e.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
-            else e
-            for e in self.evidence
-        ]
+        kept: list[anomalies.Evidence] = []
+        counts: dict[Key, int] = {}
+        per_pattern: dict[str, int] = {}
+        for item in self.evidence:
+            e = item.model_copy(update={"severity": vocab.Severity.WARNING}) if item.severity in _SERIOUS else item
+            key = (e.pattern, int(first_cause.classify(e)), e.node, e.rank, e.gpu, e.xid)
+            if counts.get(key, 0) < MAX_PER_KEY:
+                counts[key] = counts.get(key, 0) + 1
+                per_pattern[e.pattern] = per_pattern.get(e.pattern, 0) + 1
+                kept.append(e)
+        self.evidence, self._kept, self._per_pattern = kept, counts, per_pattern
 
     def due(self, now: float) -> bool:
         return self._window_opened is not None and now - self._window_opened >= self.settle_s
@@ -150,7 +197,7 @@ class CrashDetector:
             symptom=found.symptom,
             category=found.category,
             attribution_hint=found.attribution,
-            evidence=found.evidence,
+            evidence=_bounded(found.evidence),
             suspect_nodes=found.suspect_nodes,
             suspect_ranks=found.suspect_ranks,
             first_seen_at=found.initiating.at,
@@ -161,3 +208,21 @@ class CrashDetector:
     @property
     def emitted(self) -> bool:
         return self._emitted is not None
+
+
+def _bounded(evidence: list[anomalies.Evidence]) -> list[anomalies.Evidence]:
+    """At most ``MAX_ANOMALY_EVIDENCE`` lines, in the given order: the initiating (first) line, the
+    hardware lines (``attribute.rules`` names each node with a hardware Xid), then the earliest rest."""
+    if len(evidence) <= MAX_ANOMALY_EVIDENCE:
+        return evidence
+    chosen = {0}
+    for index, item in enumerate(evidence):
+        if len(chosen) >= MAX_ANOMALY_EVIDENCE:
+            break
+        if item.category in first_cause.HARDWARE_CATEGORIES or item.xid is not None:
+            chosen.add(index)
+    for index in range(len(evidence)):
+        if len(chosen) >= MAX_ANOMALY_EVIDENCE:
+            break
+        chosen.add(index)
+    return [evidence[index] for index in sorted(chosen)]

@@ -29,6 +29,9 @@ IDLE_TICK_S = 1.0
 """How often a detector that took no line and has no crash window open needs its time-driven
 checks (``tick_due``): hang and throughput windows are minutes long, so once a second loses
 nothing, while ticking 10,000 idle detectors every tailing round cost more than reading their files."""
+MAX_REPEATED_TEXTS = 1024
+"""Distinct repeated serious lines remembered per attempt, so their copies skip parsing and matching
+(a flood is one text; past this many, copies take the full path, still bounded by ``crash``)."""
 
 
 class Matcher(Protocol):
@@ -138,6 +141,8 @@ class WorkloadDetector:
         """Per line shape: the last peer check that found its job rate low. The levels are taken
         again only a window after it, so a single sample back at speed in the middle of a drop does
         not replace the levels before the drop with the slow rank's slow one."""
+        self._repeated: set[tuple[str, str | None, int | None]] = set()
+        """Lines (text, node, rank) with serious hits that were all repeats (``MAX_REPEATED_TEXTS``)."""
         self._ended = False
         self._ticked_at: float | None = None
         self.last_progress: anomalies.Evidence | None = None
@@ -150,6 +155,11 @@ class WorkloadDetector:
         (the engine's tailing round), as the time-driven checks need not run after every line."""
         if self._ended:
             return []
+        if self._repeated and (line.text, line.node, line.rank) in self._repeated and not self._root.active:
+            # The same text from the same place as a line all of whose hits were repeats: it would
+            # add nothing but a count (a node flooding one Xid line), so it costs a lookup only.
+            self._crash.repeats += 1
+            return self.tick() if tick else []
         prefix = hosts.parse_prefix(line.text)
         self.rank_map.observe(prefix)
         rank = line.rank if line.rank is not None else prefix.rank
@@ -160,14 +170,17 @@ class WorkloadDetector:
             if root.host and root.rank is not None:
                 self.rank_map.learn(root.host, root.rank)
         serious = False
+        kept = False
         for pattern_id in self._matcher.match(line.text):
             spec = self._specs.get(pattern_id)
             if spec is None:
                 continue
             fields = self._matcher.extract(pattern_id, line.text)
             item = evidence_from_hit(spec, line, prefix, fields, at=line.received_at)
-            self._crash.add(item, self._clock.now())
+            kept = self._crash.add(item, self._clock.now()) or kept
             serious = serious or spec.severity in (vocab.Severity.FATAL, vocab.Severity.ERROR)
+        if serious and not kept and len(self._repeated) < MAX_REPEATED_TEXTS:
+            self._repeated.add((line.text, line.node, line.rank))
         if not serious:
             self._record_progress(line, prefix)
         return self.tick() if tick else []
@@ -191,6 +204,7 @@ class WorkloadDetector:
         self.last_progress = item
         if self._crash.window_opened is not None and not self._has_fatal():
             self._crash.withdraw()
+            self._repeated.clear()  # the withdrawn hits are warnings now: the same line may open a window
         if found.rate is None:
             return
         shape = straggler.line_shape(line.text)
@@ -219,7 +233,7 @@ class WorkloadDetector:
         return self._crash.window_opened is not None
 
     def _has_fatal(self) -> bool:
-        return any(e.severity == vocab.Severity.FATAL for e in self._crash.evidence)
+        return self._crash.has_fatal
 
     def tick_due(self, now: float) -> bool:
         """Whether ``tick`` has anything to do for a detector that took no line since its last tick:
@@ -240,6 +254,15 @@ class WorkloadDetector:
             found.append(anomaly)
         found.extend(self._stragglers(now))
         return found
+
+    def conclude_due(self) -> list[anomalies.Anomaly]:
+        """Only the crash window's conclusion, if it has settled: the engine checks open windows
+        between its tailing rounds, so a crash is named ``settle`` after its first line, not a round
+        later (``tick`` runs the other time-driven checks, once a round)."""
+        if self._ended:
+            return []
+        anomaly = self._conclude_crash(self._clock.now(), force=False)
+        return [anomaly] if anomaly is not None else []
 
     def on_exit(self, job: workloads.JobSnapshot) -> list[anomalies.Anomaly]:
         """The attempt ended: conclude any open window, and report a failed exit with no log evidence."""

@@ -228,6 +228,7 @@ class Engine:
         table = [
             Timer("discovery", s.discovery_interval_s, self.discover, (health_mod.SCHEDULER,)),
             Timer("tailing", s.tail_interval_s, self.tail),
+            Timer("crash-windows", tailing.CONCLUDE_INTERVAL_S, self.tailing.conclude_due),
             Timer("watchdog-sweep", s.sweep_interval_s, self.sweep, (health_mod.STORE,)),
             Timer("scorecard-watch", s.sweep_interval_s, self.scorecard_watch.sweep),
         ]

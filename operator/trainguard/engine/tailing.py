@@ -19,6 +19,7 @@ from trainguard.engine import evidence as evidence_mod
 from trainguard.engine import placement as placement_mod
 from trainguard.engine import runtime
 from trainguard.journal import recorder as journal_mod
+from trainguard.model import anomalies as anomaly_mod
 from trainguard.model import clock, signals, vocab, workloads
 from trainguard.observe import metrics as metrics_mod
 from trainguard.policy import ledger
@@ -29,6 +30,15 @@ logger = runtime.logger
 
 YIELD_EVERY_S = 0.02
 """How long the tailing round feeds lines before it lets the event loop run the other tasks once."""
+FEED_BUDGET_S = 0.2
+"""How long one round feeds one workload's lines; the rest waits for the next round (``backlog``).
+A 4,096-rank cascade is ~200,000 lines in a second, seconds of parsing: fed in one go it would hold
+every other workload's lines (and their crash windows) back that long (issue 28, goal 4)."""
+
+CONCLUDE_INTERVAL_S = 0.05
+"""How often the open crash windows are checked between tailing rounds (``conclude_due``): a window
+settles ``detection.settle`` after its first error line, and waiting for the next round's tick
+instead added up to a round plus the tail interval (0.3-0.6 s in a cascade) to every crash."""
 
 Batch = list[tuple[sources.Followed, list[signals.LogLine]]]
 """New lines of one workload, per file they were read from."""
@@ -53,6 +63,11 @@ class Tailing:
         self.evidence = evidence
         self.positions_saved_at: float | None = None
         """When the tailing round last saved the moved read positions (``position_save_interval_s``)."""
+        self.backlog: dict[str, Batch] = {}
+        """Workload -> lines read but not yet fed (``FEED_BUDGET_S``): fed first, before its files are
+        read again, so order holds and at most one read's worth waits per workload."""
+        self.settling: set[str] = set()
+        """Workloads whose crash window was open after their last batch: ``conclude_due`` looks at these."""
         self.unreadable: dict[str, str] = {}
         """Workload -> why its output cannot be read now (``note_unreadable``): such a workload is
         reported (log, ``trainguard_unreadable_workloads``, status), never silently unmonitored."""
@@ -61,6 +76,8 @@ class Tailing:
         """One tailing round over every tracked workload, then a detector tick each; then the
         read positions that moved are stored in one write."""
         runtimes = [rt for rt in self.runtimes.values() if rt.ready]
+        for gone in [w for w in self.backlog if w not in self.runtimes]:
+            del self.backlog[gone]
         for rt in runtimes:
             if (rt.detector is None and rt.spec is not None and rt.job.state == workloads.JobState.RUNNING
                     and rt.unwatched is None):
@@ -79,20 +96,45 @@ class Tailing:
                 # took ~30 s, one round per round trip).
                 await asyncio.sleep(0)
                 turn = time.monotonic()
+            pending = self.backlog.pop(rt.workload, None)
             if rt.closed:
                 continue  # no longer tracked since the round began: its lines are nobody's now
-            fed = await self.feed_batch(rt, batch, tick=False)
+            feeding = pending or batch
+            rest = await self.feed_batch(rt, feeding, tick=False, budget_s=FEED_BUDGET_S)
+            if rest:
+                self.backlog[rt.workload] = rest
+            fed = any(lines for _, lines in feeding)
             if rt.detector is not None and (fed or rt.detector.tick_due(now)):
-                running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt
-                for anomaly in rt.detector.tick():
-                    if not running and anomaly.symptom in (vocab.Symptom.HANG, vocab.Symptom.STRAGGLER):
-                        continue  # the silence or slowness of a run that is not running is no hang
-                    await self.decision.handle(rt, anomaly)
+                await self._handle(rt, rt.detector.tick())
+                if rt.detector is not None and rt.detector.settling:
+                    self.settling.add(rt.workload)
         now = self.clock.now()  # after the feeding, which may take a while
         if self.positions_saved_at is None or now - self.positions_saved_at >= self.settings.position_save_interval_s:
             self.positions_saved_at = now
             await self.placement.save(runtimes)
         await self.journal.flush()
+
+    async def conclude_due(self) -> None:
+        """Between rounds: conclude the crash windows that have settled (``CONCLUDE_INTERVAL_S``)."""
+        for workload in list(self.settling):
+            rt = self.runtimes.get(workload)
+            if rt is None or rt.closed or rt.detector is None or not rt.detector.settling:
+                self.settling.discard(workload)
+                continue
+            await self._handle(rt, rt.detector.conclude_due())
+            if rt.detector is None or not rt.detector.settling:
+                self.settling.discard(workload)
+
+    async def _handle(self, rt: runtime.WorkloadRuntime, found: Sequence[anomaly_mod.Anomaly]) -> None:
+        """A detector's time-driven anomalies to the decision; the silence or slowness of a run that is
+        not running is no hang."""
+        if not found or rt.detector is None:
+            return
+        running = rt.job.state == workloads.JobState.RUNNING and rt.detector.attempt == rt.job.attempt
+        for anomaly in found:
+            if not running and anomaly.symptom in (vocab.Symptom.HANG, vocab.Symptom.STRAGGLER):
+                continue
+            await self.decision.handle(rt, anomaly)
 
     def new_detector(self, rt: runtime.WorkloadRuntime, job: workloads.JobSnapshot) -> None:
         """A detector for ``job``'s current attempt, with the effective policy's detection settings."""
@@ -139,7 +181,10 @@ class Tailing:
             await self.decision.handle(rt, anomaly)
 
     async def drain(self, rt: runtime.WorkloadRuntime) -> None:
-        """Read and judge what is left of the attempt's output (it ended or is being replaced)."""
+        """Read and judge what is left of the attempt's output (it ended or is being replaced): the
+        lines still waiting in the backlog first."""
+        if pending := self.backlog.pop(rt.workload, None):
+            await self.feed_batch(rt, pending, tick=False)
         await self.feed_batch(rt, await self.read(rt))
 
     async def read_round(self, runtimes: Sequence[runtime.WorkloadRuntime]) -> list[Batch]:
@@ -149,6 +194,8 @@ class Tailing:
         books: list[tailbook.TailBook] = []
         others: list[int] = []
         for i, rt in enumerate(runtimes):
+            if rt.workload in self.backlog:
+                continue  # its waiting lines are fed first; reading on would only queue more
             if rt.detector is not None and isinstance(rt.book, tailbook.TailBook):
                 files.append(i)
                 books.append(rt.book)
@@ -175,20 +222,25 @@ class Tailing:
             logger.warning("cannot read the output of %s: %s", rt.workload, exc)
             return []
 
-    async def feed_batch(self, rt: runtime.WorkloadRuntime, batch: Batch, *, tick: bool = True) -> bool:
+    async def feed_batch(
+        self, rt: runtime.WorkloadRuntime, batch: Batch, *, tick: bool = True, budget_s: float | None = None
+    ) -> Batch:
         """Feed the lines, then one detector tick (``tick=False``: the caller ticks, as the tailing
-        round does); the time-driven checks run once per batch, not after every line. True when
-        a line was fed."""
+        round does); the time-driven checks run once per batch, not after every line. With
+        ``budget_s``, feeding stops once that much time went by; the lines not fed are returned."""
         fed = False
-        for f, lines in batch:
-            for line in lines:
+        start = time.monotonic()
+        for k, (f, lines) in enumerate(batch):
+            for i, line in enumerate(lines):
+                if budget_s is not None and i % 64 == 63 and time.monotonic() - start >= budget_s:
+                    return [(f, lines[i:]), *batch[k + 1 :]]
                 rt.book.consume(f, line)  # first: a decision this line brings about stores it as read
                 await self.feed(rt, line)
                 fed = True
         if tick and fed and rt.detector is not None:
             for anomaly in rt.detector.tick():
                 await self.decision.handle(rt, anomaly)
-        return fed
+        return []
 
     async def feed(self, rt: runtime.WorkloadRuntime, line: signals.LogLine) -> None:
         clean = sanitize.clean_line(line.text)
