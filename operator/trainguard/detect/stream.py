@@ -227,6 +227,11 @@ class WorkloadDetector:
         return tracker
 
     @property
+    def has_serious(self) -> bool:
+        """A fatal or error hit of this attempt is on record (withdrawn ones count as warnings)."""
+        return self._crash.has_serious
+
+    @property
     def settling(self) -> bool:
         """A crash window is open: evidence is held in memory until it concludes (the engine does
         not store read positions past such lines, so a restart reads them again)."""

@@ -23,7 +23,7 @@ from trainguard.model import anomalies as anomaly_mod
 from trainguard.model import clock, signals, vocab, workloads
 from trainguard.observe import metrics as metrics_mod
 from trainguard.policy import ledger
-from trainguard.signals import sources, tailbook
+from trainguard.signals import loki, sources, tailbook, victorialogs
 from trainguard.store import audit
 
 logger = runtime.logger
@@ -39,6 +39,11 @@ CONCLUDE_INTERVAL_S = 0.05
 """How often the open crash windows are checked between tailing rounds (``conclude_due``): a window
 settles ``detection.settle`` after its first error line, and waiting for the next round's tick
 instead added up to a round plus the tail interval (0.3-0.6 s in a cascade) to every crash."""
+
+SHIPPED = frozenset({victorialogs.KIND, loki.SOURCE})
+"""``LogBook.kind`` of the sources a shipper fills (``await_store_lines``)."""
+STORE_POLL_S = 0.25
+"""How often ``await_store_lines`` reads a log store again while it waits for an ended job's last rows."""
 
 Batch = list[tuple[sources.Followed, list[signals.LogLine]]]
 """New lines of one workload, per file they were read from."""
@@ -186,6 +191,21 @@ class Tailing:
         if pending := self.backlog.pop(rt.workload, None):
             await self.feed_batch(rt, pending, tick=False)
         await self.feed_batch(rt, await self.read(rt))
+
+    async def await_store_lines(self, rt: runtime.WorkloadRuntime) -> None:
+        """A failed attempt whose output comes from a log store (not files) and shows no error yet:
+        keep reading for up to ``log_store_lag_s`` before it is judged on its exit state alone. A
+        store delivers a row a moment after it was written (the shipper's poll, the server's
+        ingestion), and a job often ends within a second or two of its first cause (a rank's Xid,
+        then srun kills the step): judged at once, the crash is "killed, cause unknown" and the
+        requeue keeps the bad node. Files and pod logs need no wait: what was written before the end
+        can be read at once."""
+        if rt.book.kind not in SHIPPED:
+            return
+        deadline = time.monotonic() + self.settings.log_store_lag_s
+        while rt.detector is not None and not rt.detector.has_serious and time.monotonic() < deadline:
+            await asyncio.sleep(STORE_POLL_S)
+            await self.drain(rt)
 
     async def read_round(self, runtimes: Sequence[runtime.WorkloadRuntime]) -> list[Batch]:
         """``read`` of every workload; the output files of all of them in one batch of reads

@@ -247,6 +247,7 @@ class Tracking:
                                             state=job.state.value)
             if (rt.detector is not None and rt.detector.attempt == job.attempt
                     and job.state in runtime.FAILED_STATES):
+                await self.tailing.await_store_lines(rt)
                 for anomaly in rt.detector.on_exit(job):
                     await self.decision.handle(rt, anomaly)
         elif not job.state.finished:

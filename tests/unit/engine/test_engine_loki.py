@@ -4,6 +4,7 @@ a verdict and advice for the right workload, naming the node the line came from.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -68,6 +69,51 @@ async def test_crash_line_from_loki_becomes_advice_for_the_right_workload_and_no
         assert advice["mode"] == "Monitor"
         assert await h.records("1002", vocab.AuditKind.ANOMALY) == []
         assert h.scheduler.mutating_calls() == []
+    finally:
+        for rt in engine.runtimes.values():
+            rt.book.close()
+            if rt.task is not None and not rt.task.done():
+                rt.task.cancel()
+        await client.close()
+        await store.close()
+
+
+async def test_a_failed_job_whose_crash_rows_reach_loki_after_its_end_is_judged_on_them(
+    replay: LokiReplay, tmp_path: Path, catalog: catalog_mod.Catalog
+) -> None:
+    """A store delivers rows a moment after they are written, and the job may end first (srun kills
+    the step right after a rank's error): the engine reads on (``log_store_lag_s``) before judging
+    the failure on its exit state alone, so the anomaly names the crash line and its node."""
+    store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
+    books, client = loki_book.books(loki_book.Config(url=replay.url))
+    manual = clock.ManualClock(scenario.START)
+    scheduler = fake_scheduler.FakeScheduler(nodes=scenario.NODES)
+    engine = engine_mod.Engine(
+        scheduler, store, loader.parse_text(scenario.POLICIES, "test"), catalog, clock_=manual,
+        settings=settings_mod.EngineSettings(allow_action=True), log_books=books,
+    )
+    h = scenario.Harness(tmp_path, manual, scheduler, store, engine)
+    h.submit("1001", "trainguard", nodes=("node2", "node1"))
+    try:
+        await h.step()
+        book = h.runtime("1001").book
+        assert isinstance(book, loki_book.LokiBook)
+        await until(book.reader, book.reader.connected.is_set)
+        await until(book.reader, lambda: '{job_id="1001"}' in replay.tail_queries)
+        h.fail("1001", exit_code=143)
+        judged = asyncio.create_task(h.step())  # sees the end; the crash rows are not in Loki yet
+        await asyncio.sleep(0.6)
+        assert not judged.done()
+        assert await h.records("1001", vocab.AuditKind.ANOMALY) == []
+        first, second = recorded("crash.json")
+        await replay.send_to('{job_id="1001"}', first)
+        await replay.send_to('{job_id="1001"}', second)
+        await asyncio.wait_for(judged, timeout=10)
+        await h.settle()
+
+        [anomaly] = await h.records("1001", vocab.AuditKind.ANOMALY)
+        assert anomaly.payload["category"] == "cuda_illegal_memory"
+        assert anomaly.payload["suspect_nodes"] == ["node2"]
     finally:
         for rt in engine.runtimes.values():
             rt.book.close()
