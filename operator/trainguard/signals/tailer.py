@@ -2,7 +2,8 @@
 
 The engine polls ``LogTailer.read_new()`` every few hundred milliseconds per tracked job; the
 resulting ``signals.LogLine`` objects feed ``detect/`` (crash patterns, hang = silence). A
-poll is one ``stat`` plus a read of the bytes added since the last poll.
+poll of an open file is one ``fstat`` plus, when it grew, one ``pread`` of the bytes added since
+the last poll (``poll`` says when the path is looked up again).
 
 What a Slurm output file does to a reader, and what we do:
 - not created yet (job pending): no lines, no error;
@@ -153,7 +154,7 @@ class LogTailer:
     # ------------------------------------------------------------ public
 
     def position(self) -> TailPosition:
-        return self._position(self._committed, self._lineno, self._tail_at_commit)
+        return self.materialize((self._inode, self._committed, self._lineno, self._tail_at_commit))
 
     def position_after(self, lineno: int) -> TailPosition:
         """The position just past line ``lineno`` of the last read (``position()`` if unknown)."""
@@ -172,9 +173,6 @@ class LogTailer:
         inode, offset, lineno, tail = mark
         fingerprint = fingerprint_of(tail) if len(tail) == min(offset, FINGERPRINT_BYTES) else ""
         return TailPosition(self.path, inode, offset, lineno, fingerprint)
-
-    def _position(self, offset: int, lineno: int, tail: bytes) -> TailPosition:
-        return self.materialize((self._inode, offset, lineno, tail))
 
     @property
     def stuck(self) -> bool:
@@ -338,15 +336,12 @@ class LogTailer:
         n = min(start, FINGERPRINT_BYTES)
         self._raw_tail = os.pread(self._fh.fileno(), n, start - n) if n else b""
         self._tail_at_commit = self._raw_tail
-        self._fh.seek(start)
         self._frag.clear()
         self._dropped = 0
         self._frag_since = None
         return True
 
     def _reset_to_start(self) -> None:
-        assert self._fh is not None
-        self._fh.seek(0)
         self._offset = self._committed = 0
         self._raw_tail = self._tail_at_commit = b""
         self._frag.clear()
