@@ -44,6 +44,12 @@ a cascade's 40,000 lines would make it megabytes."""
 Key = tuple[str, int, str | None, int | None, int | None, int | None]
 """(pattern, strength as a first cause, node, rank, GPU, Xid): hits alike for ``first_cause``."""
 
+
+def key_of(item: anomalies.Evidence, strength: first_cause.Rank) -> Key:
+    """The ``Key`` of a hit, ``strength`` being its ``first_cause.classify``."""
+    return (item.pattern, int(strength), item.node, item.rank, item.gpu, item.xid)
+
+
 _SIGNAL_CATEGORY: Mapping[int, vocab.Category] = {
     int(signals.SIGKILL): C.PROCESS_SIGNAL_KILLED,
     int(signals.SIGSEGV): C.SEGFAULT,
@@ -131,7 +137,7 @@ class CrashDetector:
         """Record a hit; a fatal/error hit opens the settle window if none is open (after a verdict,
         only one that could be a stronger first cause). False: a repeat, only counted."""
         strength = first_cause.classify(item)
-        key = (item.pattern, int(strength), item.node, item.rank, item.gpu, item.xid)
+        key = key_of(item, strength)
         if self._kept.get(key, 0) >= MAX_PER_KEY or self._per_pattern.get(item.pattern, 0) >= MAX_PER_PATTERN:
             self.repeats += 1
             return False
@@ -158,7 +164,7 @@ class CrashDetector:
         per_pattern: dict[str, int] = {}
         for item in self.evidence:
             e = item.model_copy(update={"severity": vocab.Severity.WARNING}) if item.severity in _SERIOUS else item
-            key = (e.pattern, int(first_cause.classify(e)), e.node, e.rank, e.gpu, e.xid)
+            key = key_of(e, first_cause.classify(e))
             if counts.get(key, 0) < MAX_PER_KEY:
                 counts[key] = counts.get(key, 0) + 1
                 per_pattern[e.pattern] = per_pattern.get(e.pattern, 0) + 1
