@@ -39,9 +39,9 @@ class EngineSettings:
     """Longest wait between two rounds of a timer loop while they keep failing (an unreachable
     scheduler or database): rounds back off from their interval up to this, with jitter."""
     log_store_lag_s: float = 5.0
-    """With a log store as the output source (VictoriaLogs, Loki, pod logs), how long a failed attempt
-    with no error line yet is read on before it is judged on its exit state alone: rows reach a store
-    a moment after they are written. Files need no wait. 5 s is above a healthy shipper's and store's
+    """With a store a shipper fills as the output source (VictoriaLogs, Loki), how long a failed attempt
+    with no error line yet is read on before it is judged on its exit state alone: rows reach the store
+    a moment after they are written. Files and pod logs need no wait. 5 s is above a healthy shipper's and store's
     delay (about a second each) and short enough that the recovery is barely delayed."""
     finished_grace_s: float = 30.0
     """How long a finished job stays tracked after its outcome was recorded, so that a requeue
