@@ -5,6 +5,7 @@ a verdict and advice for the right workload, naming the node the line came from.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,9 +34,12 @@ async def replay() -> AsyncIterator[LokiReplay]:
         yield server
 
 
-async def test_crash_line_from_loki_becomes_advice_for_the_right_workload_and_node(
+@contextlib.asynccontextmanager
+async def loki_harness(
     replay: LokiReplay, tmp_path: Path, catalog: catalog_mod.Catalog
-) -> None:
+) -> AsyncIterator[scenario.Harness]:
+    """An engine (Action allowed) whose only log source is the replayed Loki, on a fresh store; its
+    books, recoveries, client and store closed at the end."""
     store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
     books, client = loki_book.books(loki_book.Config(url=replay.url))
     manual = clock.ManualClock(scenario.START)
@@ -44,11 +48,24 @@ async def test_crash_line_from_loki_becomes_advice_for_the_right_workload_and_no
         scheduler, store, loader.parse_text(scenario.POLICIES, "test"), catalog, clock_=manual,
         settings=settings_mod.EngineSettings(allow_action=True), log_books=books,
     )
-    h = scenario.Harness(tmp_path, manual, scheduler, store, engine)
-    # The allocation lists node2 first: rank 1 would be placed on node1 by position, the label says node2.
-    h.submit("1001", "trainguard", nodes=("node2", "node1"))  # the default policy: Monitor
-    h.submit("1002", "trainguard")  # another job: Loki serves it nothing
     try:
+        yield scenario.Harness(tmp_path, manual, scheduler, store, engine)
+    finally:
+        for rt in engine.runtimes.values():
+            rt.book.close()
+            if rt.task is not None and not rt.task.done():
+                rt.task.cancel()
+        await client.close()
+        await store.close()
+
+
+async def test_crash_line_from_loki_becomes_advice_for_the_right_workload_and_node(
+    replay: LokiReplay, tmp_path: Path, catalog: catalog_mod.Catalog
+) -> None:
+    async with loki_harness(replay, tmp_path, catalog) as h:
+        # The allocation lists node2 first: rank 1 would be placed on node1 by position, the label says node2.
+        h.submit("1001", "trainguard", nodes=("node2", "node1"))  # the default policy: Monitor
+        h.submit("1002", "trainguard")  # another job: Loki serves it nothing
         await h.step()
         book = h.runtime("1001").book
         assert isinstance(book, loki_book.LokiBook)
@@ -69,13 +86,6 @@ async def test_crash_line_from_loki_becomes_advice_for_the_right_workload_and_no
         assert advice["mode"] == "Monitor"
         assert await h.records("1002", vocab.AuditKind.ANOMALY) == []
         assert h.scheduler.mutating_calls() == []
-    finally:
-        for rt in engine.runtimes.values():
-            rt.book.close()
-            if rt.task is not None and not rt.task.done():
-                rt.task.cancel()
-        await client.close()
-        await store.close()
 
 
 async def test_a_failed_job_whose_crash_rows_reach_loki_after_its_end_is_judged_on_them(
@@ -84,17 +94,8 @@ async def test_a_failed_job_whose_crash_rows_reach_loki_after_its_end_is_judged_
     """A store delivers rows a moment after they are written, and the job may end first (srun kills
     the step right after a rank's error): the engine reads on (``log_store_lag_s``) before judging
     the failure on its exit state alone, so the anomaly names the crash line and its node."""
-    store = await database.open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
-    books, client = loki_book.books(loki_book.Config(url=replay.url))
-    manual = clock.ManualClock(scenario.START)
-    scheduler = fake_scheduler.FakeScheduler(nodes=scenario.NODES)
-    engine = engine_mod.Engine(
-        scheduler, store, loader.parse_text(scenario.POLICIES, "test"), catalog, clock_=manual,
-        settings=settings_mod.EngineSettings(allow_action=True), log_books=books,
-    )
-    h = scenario.Harness(tmp_path, manual, scheduler, store, engine)
-    h.submit("1001", "trainguard", nodes=("node2", "node1"))
-    try:
+    async with loki_harness(replay, tmp_path, catalog) as h:
+        h.submit("1001", "trainguard", nodes=("node2", "node1"))
         await h.step()
         book = h.runtime("1001").book
         assert isinstance(book, loki_book.LokiBook)
@@ -114,13 +115,6 @@ async def test_a_failed_job_whose_crash_rows_reach_loki_after_its_end_is_judged_
         [anomaly] = await h.records("1001", vocab.AuditKind.ANOMALY)
         assert anomaly.payload["category"] == "cuda_illegal_memory"
         assert anomaly.payload["suspect_nodes"] == ["node2"]
-    finally:
-        for rt in engine.runtimes.values():
-            rt.book.close()
-            if rt.task is not None and not rt.task.done():
-                rt.task.cancel()
-        await client.close()
-        await store.close()
 
 
 async def test_a_restarted_engine_resumes_loki_at_the_stored_position(
