@@ -192,6 +192,11 @@ class Tailing:
             await self.feed_batch(rt, pending, tick=False)
         await self.feed_batch(rt, await self.read(rt))
 
+    @staticmethod
+    def reads_a_store(rt: runtime.WorkloadRuntime) -> bool:
+        """Whether ``rt``'s output comes from a log store a shipper fills (``await_store_lines`` may wait)."""
+        return rt.book.kind in SHIPPED
+
     async def await_store_lines(self, rt: runtime.WorkloadRuntime) -> None:
         """A failed attempt whose output comes from a log store (not files) and shows no error yet:
         keep reading for up to ``log_store_lag_s`` before it is judged on its exit state alone. A
@@ -200,7 +205,7 @@ class Tailing:
         then srun kills the step): judged at once, the crash is "killed, cause unknown" and the
         requeue keeps the bad node. Files and pod logs need no wait: what was written before the end
         can be read at once."""
-        if rt.book.kind not in SHIPPED:
+        if not self.reads_a_store(rt):
             return
         deadline = time.monotonic() + self.settings.log_store_lag_s
         while rt.detector is not None and not rt.detector.has_serious and time.monotonic() < deadline:

@@ -72,7 +72,11 @@ class Tracking:
         """One discovery round: start tracking new jobs, follow requeues, settle finished jobs."""
         delta = await self.discovery.poll()
         await self.track_all(delta.new)
-        for job in (*delta.changed, *delta.finished):
+        endings: dict[str, tuple[runtime.WorkloadRuntime, list[workloads.JobSnapshot]]] = {}
+        for job in (*delta.changed, *delta.finished):  # a job that changed to finished is in both
+            if job.workload in endings:
+                endings[job.workload][1].append(job)  # in order, after the ending it follows
+                continue
             rt = self.runtimes.get(job.workload)
             if rt is not None and job.incarnation and rt.job.incarnation and job.incarnation != rt.job.incarnation:
                 await self.drop_incarnation(rt)
@@ -80,7 +84,11 @@ class Tracking:
             if rt is None:
                 await self.track_all([job])
                 continue
+            if job.state.finished and self.tailing.reads_a_store(rt):
+                endings[job.workload] = (rt, [job])  # may wait for the store's last rows: beside the others
+                continue
             await self.update(rt, job)
+        await self.update_ended(list(endings.values()))
         for job in delta.gone:
             rt = self.runtimes.pop(job.workload, None)
             if rt is not None and self.shards is not None and not self.shards.owns(job.workload):
@@ -97,6 +105,27 @@ class Tracking:
         await self.forget_settled()
         await self.journal.flush()
         self.discovered = True
+
+    async def update_ended(
+        self, endings: Sequence[tuple[runtime.WorkloadRuntime, Sequence[workloads.JobSnapshot]]],
+    ) -> None:
+        """``update`` of the jobs that ended this round and read a log store, all at once: each may
+        wait up to ``log_store_lag_s`` for its last rows (``Tailing.await_store_lines``), and a
+        hundred jobs failing together (a switch, a bad rack) must not wait a hundred times that in
+        turn, holding discovery back meanwhile. One job's error does not stop the others; the first
+        is raised once all are done."""
+        failed: BaseException | None = None
+        for start in range(0, len(endings), TRACK_BATCH):
+            chunk = endings[start:start + TRACK_BATCH]
+            results = await asyncio.gather(*(self.update_each(rt, jobs) for rt, jobs in chunk),
+                                           return_exceptions=True)
+            failed = failed or next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+
+    async def update_each(self, rt: runtime.WorkloadRuntime, jobs: Sequence[workloads.JobSnapshot]) -> None:
+        for job in jobs:
+            await self.update(rt, job)
 
     async def track_all(self, jobs: Sequence[workloads.JobSnapshot]) -> None:
         """Start tracking new jobs, up to ``TRACK_BATCH`` at once: their store writes share commits

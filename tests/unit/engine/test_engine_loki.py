@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,7 +38,7 @@ async def replay() -> AsyncIterator[LokiReplay]:
 
 @contextlib.asynccontextmanager
 async def loki_harness(
-    replay: LokiReplay, tmp_path: Path, catalog: catalog_mod.Catalog
+    replay: LokiReplay, tmp_path: Path, catalog: catalog_mod.Catalog, *, lag_s: float = 5.0,
 ) -> AsyncIterator[scenario.Harness]:
     """An engine (Action allowed) whose only log source is the replayed Loki, on a fresh store; its
     books, recoveries, client and store closed at the end."""
@@ -46,7 +48,7 @@ async def loki_harness(
     scheduler = fake_scheduler.FakeScheduler(nodes=scenario.NODES)
     engine = engine_mod.Engine(
         scheduler, store, loader.parse_text(scenario.POLICIES, "test"), catalog, clock_=manual,
-        settings=settings_mod.EngineSettings(allow_action=True), log_books=books,
+        settings=settings_mod.EngineSettings(allow_action=True, log_store_lag_s=lag_s), log_books=books,
     )
     try:
         yield scenario.Harness(tmp_path, manual, scheduler, store, engine)
@@ -114,6 +116,47 @@ async def test_a_failed_job_whose_crash_rows_reach_loki_after_its_end_is_judged_
 
         [anomaly] = await h.records("1001", vocab.AuditKind.ANOMALY)
         assert anomaly.payload["category"] == "cuda_illegal_memory"
+        assert anomaly.payload["suspect_nodes"] == ["node2"]
+
+
+def for_job(frames: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
+    """The recorded frames of job 1001 as job ``job_id``'s rows."""
+    text = json.dumps(frames).replace('"1001"', f'"{job_id}"').replace("/1001-", f"/{job_id}-")
+    return list(json.loads(text))
+
+
+async def test_jobs_failing_together_wait_for_their_rows_side_by_side_not_in_turn(
+    replay: LokiReplay, tmp_path: Path, catalog: catalog_mod.Catalog
+) -> None:
+    """Many jobs on a log store end in one round (a switch, a rack): each may wait for its last rows,
+    and they wait together. The second job's rows arrive while the first still waits (its never
+    do): the second is judged on them at once, not after the first's whole wait."""
+    async with loki_harness(replay, tmp_path, catalog, lag_s=60.0) as h:
+        h.submit("1001", "trainguard", nodes=("node2", "node1"))
+        h.submit("1002", "trainguard", nodes=("node2", "node1"))
+        await h.step()
+        books = [h.runtime(job).book for job in ("1001", "1002")]
+        for job, book in zip(("1001", "1002"), books, strict=True):
+            assert isinstance(book, loki_book.LokiBook)
+            await until(book.reader, book.reader.connected.is_set)
+            await until(book.reader, lambda job=job: f'{{job_id="{job}"}}' in replay.tail_queries)
+        h.fail("1001", exit_code=143)
+        h.fail("1002", exit_code=143)
+        judged = asyncio.create_task(h.step())  # sees both ends; no crash row is in Loki yet
+        for frame in for_job(recorded("crash.json"), "1002"):
+            await replay.send_to('{job_id="1002"}', frame)
+        for _ in range(200):  # up to 20 s; the first job's wait is 60 s
+            if await h.records("1002", vocab.AuditKind.ANOMALY):
+                break
+            await asyncio.sleep(0.1)
+        assert not judged.done()  # the first job still waits for its rows
+        [anomaly] = await h.records("1002", vocab.AuditKind.ANOMALY)
+        assert anomaly.payload["category"] == "cuda_illegal_memory"
+        for frame in recorded("crash.json"):
+            await replay.send_to('{job_id="1001"}', frame)
+        await asyncio.wait_for(judged, timeout=20)
+        await h.settle()
+        [anomaly] = await h.records("1001", vocab.AuditKind.ANOMALY)
         assert anomaly.payload["suspect_nodes"] == ["node2"]
 
 
