@@ -263,8 +263,7 @@ class Tailing:
                 await self.feed(rt, line)
                 fed = True
         if tick and fed and rt.detector is not None:
-            for anomaly in rt.detector.tick():
-                await self.decision.handle(rt, anomaly)
+            await self._handle(rt, rt.detector.tick())  # the same filter as the round's ticks
         return []
 
     async def feed(self, rt: runtime.WorkloadRuntime, line: signals.LogLine) -> None:

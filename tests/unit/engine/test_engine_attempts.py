@@ -125,6 +125,25 @@ async def test_progress_then_silence_past_the_hang_timeout_requeues(make_harness
     assert h.scheduler.jobs["32"].attempt == 1
 
 
+async def test_a_job_that_ended_is_no_hang_when_its_last_lines_are_read_after_the_timeout(
+    make_harness: scenario.MakeHarness,
+) -> None:
+    """The job went quiet, then ended successfully; we see the end in the same round as the silence
+    passing the hang timeout. Its last lines are read at the end (the drain) and the detector ticks
+    once more: a silence of a job that no longer runs is no hang, there as in the tailing round."""
+    h = await make_harness()  # policy act: hangTimeout 60s
+    h.submit("34")
+    h.write("34", *scenario.ranked(0, "iteration 1 loss 2.3"), *scenario.ranked(1, "iteration 1 loss 2.3"))
+    await h.step()
+    h.write("34", *scenario.ranked(0, "saving the final model"))
+    h.change("34", state=workloads.JobState.COMPLETED)
+    await h.step(61)
+    await h.settle()
+
+    assert await h.records("34", vocab.AuditKind.ANOMALY) == []
+    assert h.mutations("34") == []
+
+
 async def test_a_restart_of_ours_keeps_counting_attempts_without_a_checkpoint(
     make_harness: scenario.MakeHarness,
 ) -> None:
