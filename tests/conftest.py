@@ -19,7 +19,8 @@ pytest_plugins = ["tests.support.slurm", "tests.support.postgres", "tests.suppor
                   "tests.support.real_node", "tests.support.mysql",
                   "tests.support.victorialogs",
                   "tests.support.browser", "tests.support.prometheus", "tests.support.helm",
-                  "tests.support.alertmanager", "tests.support.budget", "tests.support.slinky"]
+                  "tests.support.alertmanager", "tests.support.budget", "tests.support.slinky",
+                  "tests.support.worker_times"]
 
 SKIP_SWITCHES = {
     "slurm": "TG_SKIP_SLURM", "postgres": "TG_SKIP_POSTGRES", "kube": "TG_SKIP_KUBE", "mysql": "TG_SKIP_MYSQL",
