@@ -35,7 +35,7 @@ def test_names_streams_without_the_job_field(victorialogs: VictoriaLogsServer,
     push_lines(victorialogs.url, [{"slurm_job": "4242", "host": "node1", "log": "hello"}], "slurm_job,host")
     wait_queryable(victorialogs.url, 1)
     run = run_doctor(monkeypatch, "--victorialogs-url", victorialogs.url, "--db", MEMORY_DB)
-    assert run.code == 1 and run.failed() == ["victorialogs.streams"]
+    assert run.code == 1 and run.failed() == ["victorialogs.streams"], run.checks
     check = run.check("victorialogs.streams")
     assert "'job_id'" in check["message"] and "slurm_job" in check["message"]
     assert "victorialogs_job_field" in check["fix"]
