@@ -185,6 +185,9 @@ class StoreLeases:
         share = math.ceil(self.spec.count / max(1, members))
         await self._renew(now)
         await self._rebalance(share, now)
+        for index in range(self.spec.count):  # every shard's record is watched, even while we hold our
+            lease = self.spec.lease(index)      # share: a dead replica's shards then expire together with
+            self._expired(lease, records.get(lease), now)  # its membership, in one lease period, not two
         for offset in range(self.spec.count):
             if len(self._tokens) >= share:
                 break
