@@ -239,6 +239,7 @@ class Tracking:
             if rt.detector is not None:
                 await self.tailing.drain(rt)
                 rt.book.set_basis("observed")  # we read up to the attempt's start ourselves
+                rt.book.attempt_replaced(now)  # what arrives later from before now is the old attempt's
                 await self.tailing.conclude_replaced(rt, job)
             elif rt.spec is not None:
                 await self.placement.at_attempt_start(rt, job)

@@ -16,7 +16,7 @@ from typing import Any
 
 import kubernetes_asyncio.client
 
-from trainguard.k8s import client, node_conditions, podlogs, pods
+from trainguard.k8s import client, node_conditions, podlog_parts, podlogs, pods
 from trainguard.model import clock as clock_mod
 from trainguard.signals import fileio, sources
 
@@ -34,7 +34,7 @@ class KubeSignals:
 
 
 async def open_signals(api: kubernetes_asyncio.client.ApiClient | None = None, *, kubeconfig: str | None = None,
-                       config: podlogs.Config | None = None,
+                       config: podlog_parts.Config | None = None,
                        ended: Callable[[pods.Target], Sequence[dict[str, Any]]] | None = None,
                        retired: Callable[[pods.Target], Mapping[str, int]] | None = None) -> KubeSignals:
     """Both sources on ``api`` (not closed by us), else on a client of ``kubeconfig``/the usual places/in-cluster

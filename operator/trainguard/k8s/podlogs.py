@@ -22,7 +22,8 @@ is the CRI timestamp (ns) of the newest line handed to detection, ``inode`` how 
 exactly that timestamp were handed out, ``fingerprint`` the hashes (pod, container, text) of up to
 four of them, ``lineno`` the line count. A restarted engine follows every pod again from the second
 of ``offset`` and skips lines before it and the hashed lines at it. A line belongs to the attempt
-running at its timestamp: from the attempt's start (``attempt_start``/``place_at_start``) on.
+running at its timestamp: from the attempt's start (``attempt_start``/``place_at_start``) on; once a
+new attempt is seen, what the pods followed until then still deliver from before is the old one's.
 
 What a restart of ours cannot replay: a line of one pod that reached us later than a newer line of
 another pod was handed out AND after the position was saved (the streams are independent, so their
@@ -45,7 +46,6 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import kubernetes_asyncio.client
@@ -55,9 +55,10 @@ from trainguard.k8s import listwatch, pods
 from trainguard.k8s.client import message_of
 from trainguard.k8s.kubejobs import jobset as jobset_kind
 from trainguard.k8s.kubejobs import pytorchjob as pytorchjob_kind
+from trainguard.k8s.podlog_parts import Config, Follow, Item, line_hash
 from trainguard.model import clock as clock_mod
 from trainguard.model import signals
-from trainguard.signals import fileio, linehash, sources
+from trainguard.signals import fileio, sources
 from trainguard.signals.storebook import Out, StoreBook, Stream
 from trainguard.signals.tailer import MARKER
 
@@ -68,60 +69,6 @@ KINDS: Final = (jobset_kind.KIND, pytorchjob_kind.KIND)
 
 KIND = "kubernetes"
 """``LogBook.kind`` of this source (not ``files``: it places attempt starts itself)."""
-
-HASH_CHARS = 16
-
-
-@dataclass(frozen=True)
-class Config:
-    """How pod logs are read."""
-
-    max_line: int = 64 * 1024
-    """Bytes of a line kept (the rest is dropped and counted, as the file tailer does)."""
-    max_buffer: int = 200_000
-    """Lines held between two reads at most."""
-    chunk: int = 64 * 1024
-    """Bytes read from a stream at once."""
-    retry_s: float = 0.5
-    """First wait before a stream or the pod watch is opened again (doubling up to ``max_backoff_s``)."""
-    max_backoff_s: float = 30.0
-    watch_timeout_s: int = 240
-    """A pod watch is renewed after this long (the apiserver ends watches anyway)."""
-
-
-def line_hash(pod: str, container: str, text: str) -> str:
-    return linehash.digest(pod, container, text, chars=HASH_CHARS)
-
-
-@dataclass(slots=True)
-class Item:
-    """One line waiting to be read: its CRI time, hash and text, and who printed it."""
-
-    ns: int
-    digest: str
-    text: str
-    node: str | None
-    rank: int | None
-    uid: str = ""
-    """The pod that printed it (or whose ending it is)."""
-
-
-@dataclass
-class Follow:
-    """One container's follow stream: the newest line read from it (for ``sinceTime`` on reconnect).
-
-    Kept per pod NAME and container: a pod replaced under the same name (a PyTorchJob's) continues from
-    the newest line of the one before, so a log its node serves again from the start is not read twice."""
-
-    pod: str
-    container: str
-    uid: str = ""
-    """The pod (uid) now followed under that name."""
-    newest: int = 0
-    at_newest: set[str] = field(default_factory=set)
-    """Hashes of the lines read at exactly ``newest`` (a reconnect reads that second again)."""
-    task: asyncio.Task[None] | None = None
-
 
 class PodLogSource:
     """What every book of one engine shares: the API client and the settings."""
@@ -209,6 +156,8 @@ class PodLogBook(StoreBook):
         self._task: asyncio.Task[None] | None = None
         self._closing: list[asyncio.Task[None]] = []
         self.overflowed = 0
+        self._uids: set[str] = set()  # every pod seen (``_note``)
+        self._replaced: dict[str, int] = {}  # pod uid -> when a new attempt was seen (``attempt_replaced``)
         self.watched = asyncio.Event()
         """Set once the pods were listed (tests wait on it instead of on time)."""
 
@@ -310,6 +259,7 @@ class PodLogBook(StoreBook):
         assert self.target is not None
         view = pods.view_of(self.target.kind, body, self.layout)
         self._views[view.uid] = view
+        self._uids.add(view.uid)
         self._note_endings(body, view)
         return view
 
@@ -464,8 +414,17 @@ class PodLogBook(StoreBook):
         for item in items:
             if item.ns > retired.get(item.uid, item.ns) or self._read_before(s, item.ns, item.digest):
                 continue  # printed, or ended, after our suspend took its pod away: our restart's doing
+            if item.ns < self._replaced.get(item.uid, 0):
+                continue  # the old attempt's, arriving after the new one was seen (attempt_replaced)
             self._line(s, out, item.text, node=item.node, rank=item.rank, key=(item.ns, item.digest), now=now)
         return [(f, out[id(f)]) for f in self.files]
+
+    def attempt_replaced(self, at: float) -> None:
+        """What the pods seen so far still deliver from before ``at`` is the old attempt's: a PyTorchJob's
+        failed Worker is re-created under its name while the job stays Running, and the old pod's ending
+        ("killed") could arrive after the listing showed the new attempt and stop the healthy re-run."""
+        for uid in self._uids:
+            self._replaced[uid] = max(self._replaced.get(uid, 0), int(at * pods.NS))
 
     async def observe_ends(self) -> None:
         """No attempt runs: nothing is read (lines wait in the buffer until the attempt's start places them)."""

@@ -69,6 +69,13 @@ class LogBook(Protocol):
 
     def set_basis(self, basis: str) -> None: ...
 
+    def attempt_replaced(self, at: float) -> None:
+        """The scheduler's listing showed a new attempt at ``at`` (the engine's clock), its old one read
+        out: a book whose lines carry their own times drops what it still receives from before ``at``
+        from the processes it followed until then (the old attempt's late lines and endings: the old
+        attempt was judged already). Files need nothing: their order is the byte order."""
+        ...
+
     def unsaved(self) -> list[Any]: ...
 
     def mark_saved(self, files: list[Any]) -> None: ...

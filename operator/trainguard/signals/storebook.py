@@ -178,6 +178,11 @@ class StoreBook:
         for s in self.files:
             s.basis = basis
 
+    def attempt_replaced(self, at: float) -> None:
+        """Nothing to drop: a log store's rows (a Slurm job's) of a new attempt come after it was pending,
+        and its first rows may be stamped before we saw it run. ``PodLogBook`` overrides this."""
+        del at
+
     def unsaved(self) -> list[Stream]:
         return [s for s in self.files if s.consumed is not None and s.consumed != s.saved]
 

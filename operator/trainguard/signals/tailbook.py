@@ -168,6 +168,10 @@ class TailBook:
         for f in self.files:
             f.basis = basis
 
+    def attempt_replaced(self, at: float) -> None:
+        """Nothing to drop (files: their order is the byte order)."""
+        del at
+
     # -- saving ------------------------------------------------------------------------------------
 
     def unsaved(self) -> list[Followed]:

@@ -13,7 +13,7 @@ import kubernetes_asyncio.client
 import pytest
 
 from tests.support import kube
-from trainguard.k8s import client, podlogs, pods
+from trainguard.k8s import client, podlog_parts, podlogs, pods
 from trainguard.model import clock
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.timeout(kube.BUILD_TIMEOUT_S)]
@@ -45,7 +45,7 @@ async def test_pods_are_watched_and_an_ending_is_one_line(kube_api: kube.LocalKu
     ns = kube.unique_name("podlogs")
     _kubectl(kube_api, "create", "namespace", ns)
     try:
-        make, _source = podlogs.books(api, podlogs.Config(retry_s=0.2, max_backoff_s=1.0))
+        make, _source = podlogs.books(api, podlog_parts.Config(retry_s=0.2, max_backoff_s=1.0))
         book = make("kube/train", "train", clock.SystemClock(), None)
         assert isinstance(book, podlogs.PodLogBook)
         book.add(f"k8s://{ns}/JobSet/train", "stdout", None)

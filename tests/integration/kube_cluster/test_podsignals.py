@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.kube_cluster import JOBSET_NAME_LABEL, NODES, PYTORCHJOB_NAME_LABEL, SimCluster
 from trainguard.cli import main
-from trainguard.k8s import client, node_conditions, podlogs
+from trainguard.k8s import client, node_conditions, podlog_parts, podlogs
 from trainguard.model import clock, signals
 from trainguard.signals import resume
 from trainguard.signals.positions import TailPosition
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.kube_cluste
 
 T = TypeVar("T")
 WAIT_S = 120.0
-CONFIG = podlogs.Config(retry_s=0.2, max_backoff_s=2.0)
+CONFIG = podlog_parts.Config(retry_s=0.2, max_backoff_s=2.0)
 
 
 @pytest.fixture

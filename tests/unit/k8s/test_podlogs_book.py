@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import kubernetes_asyncio.client
 import pytest
 
-from trainguard.k8s import kube_signals, podlogs, pods
+from trainguard.k8s import kube_signals, podlog_parts, podlogs, pods
 from trainguard.model import clock
 from trainguard.signals import resume, sources
 from trainguard.signals.positions import TailPosition
@@ -46,7 +46,7 @@ async def api() -> AsyncIterator[kubernetes_asyncio.client.ApiClient]:
     await client.close()
 
 
-def _book(api: kubernetes_asyncio.client.ApiClient, config: podlogs.Config | None = None,
+def _book(api: kubernetes_asyncio.client.ApiClient, config: podlog_parts.Config | None = None,
           start: resume.Start | None = None) -> podlogs.PodLogBook:
     make, _source = podlogs.books(api, config)
     book = make("kube/team/train", "team/train", clock.ManualClock(100.0), None)
@@ -60,10 +60,10 @@ def _book(api: kubernetes_asyncio.client.ApiClient, config: podlogs.Config | Non
     return book
 
 
-def _pod(book: podlogs.PodLogBook, name: str, node: str, rank: int | None) -> tuple[str, podlogs.Follow]:
+def _pod(book: podlogs.PodLogBook, name: str, node: str, rank: int | None) -> tuple[str, podlog_parts.Follow]:
     uid = f"uid-{name}"
     book._views[uid] = pods.PodView(uid=uid, name=name, node=node, rank=rank, containers=["trainer"])
-    follow = podlogs.Follow(name, "trainer", uid=uid)
+    follow = podlog_parts.Follow(name, "trainer", uid=uid)
     book._follows[(name, "trainer")] = follow
     return uid, follow
 
@@ -102,6 +102,35 @@ async def test_a_pod_our_suspend_took_away_is_heard_until_then_and_not_after(
                             "exitCode": 1, "reason": "Error", "finishedAt": pods.format_time(T0 + 3 * pods.NS)}}}]}},
                        book._views[old])
     assert [t for t, _, _ in await _texts(book)] == ["NVRM: Xid 79", "at the suspend", "iteration 1"]
+
+
+async def test_what_the_old_pods_deliver_from_before_a_new_attempt_was_seen_is_not_the_new_attempts(
+        api: kubernetes_asyncio.client.ApiClient) -> None:
+    """A PyTorchJob's failed Worker is re-created under its name while the job stays Running: the
+    listing shows the new attempt, and only then does the old pod's ending ("killed") arrive. It is
+    the old attempt's (judged already), not a failure of the re-run; a surviving pod's later lines and
+    every line of the re-created pod are the new attempt's."""
+    book = _book(api)
+    master, fmaster = _pod(book, "ptj-master-0", "kwok-node-1", 0)
+    old, _ = _pod(book, "ptj-worker-1", "kwok-node-2", 2)
+    for uid in (master, old):
+        book._uids.add(uid)  # seen by the pod watch (``_note``)
+    await book._read_stream(master, fmaster, _stream(_line(T0 + 1 * pods.NS, "iteration 1")))
+    assert [t for t, _, _ in await _texts(book)] == ["iteration 1"]
+    book.attempt_replaced((T0 + 10 * pods.NS) / pods.NS)  # the listing shows attempt 1
+    book._note_endings({"metadata": {"name": "ptj-worker-1", "uid": old}, "spec": {"nodeName": "kwok-node-2"},
+                        "status": {"containerStatuses": [{"name": "trainer", "state": {"terminated": {
+                            "exitCode": 137, "reason": "Error",
+                            "finishedAt": pods.format_time(T0 + 9 * pods.NS)}}}]}}, book._views[old])
+    new_uid = "uid-ptj-worker-1-b"  # re-created under its name, followed under the same name
+    book._views[new_uid] = pods.PodView(uid=new_uid, name="ptj-worker-1", node="kwok-node-3", rank=2,
+                                        containers=["trainer"])
+    book._uids.add(new_uid)
+    fnew = podlog_parts.Follow("ptj-worker-1", "trainer", uid=new_uid)
+    await book._read_stream(new_uid, fnew, _stream(_line(T0 + 9 * pods.NS + 5, "worker starting")))
+    await book._read_stream(master, fmaster, _stream(_line(T0 + 9 * pods.NS, "late, before the new attempt"),
+                                                     _line(T0 + 12 * pods.NS, "iteration 2")))
+    assert [t for t, _, _ in await _texts(book)] == ["worker starting", "iteration 2"]
 
 
 async def test_a_reconnect_reads_the_same_second_again_without_duplicates(
@@ -148,7 +177,7 @@ async def test_an_attempts_lines_start_at_its_start(api: kubernetes_asyncio.clie
 
 async def test_binary_junk_and_a_10_mb_line_are_survived_with_bounded_lines(
         api: kubernetes_asyncio.client.ApiClient) -> None:
-    book = _book(api, podlogs.Config(max_line=1024, chunk=4096))
+    book = _book(api, podlog_parts.Config(max_line=1024, chunk=4096))
     uid, follow = _pod(book, "p", "kwok-node-1", 0)
     huge = f"{_ts(T0 + 1)} ".encode() + b"A" * (10 * 1024 * 1024) + b"\n"
     junk = f"{_ts(T0 + 2)} ".encode() + bytes(range(256)).replace(b"\n", b"") + b"\n"
@@ -170,7 +199,7 @@ async def test_binary_junk_and_a_10_mb_line_are_survived_with_bounded_lines(
 
 
 async def test_too_many_waiting_lines_drop_the_oldest_with_a_marker(api: kubernetes_asyncio.client.ApiClient) -> None:
-    book = _book(api, podlogs.Config(max_buffer=3))
+    book = _book(api, podlog_parts.Config(max_buffer=3))
     uid, follow = _pod(book, "p", "kwok-node-1", 0)
     await book._read_stream(uid, follow, _stream(*(_line(T0 + i, f"l{i}") for i in range(5))))
     assert [t for t, _, _ in await _texts(book)] == [f"{MARKER} 2 pod-log lines dropped: more than 3 waited to be "

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from trainguard.act import switch
-from trainguard.k8s import podlogs
+from trainguard.k8s import podlog_parts
 from trainguard.model import vocab
 from trainguard.signals import linehash, loki, victorialogs
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 def test_each_source_keeps_the_digest_it_stored_before_the_helper() -> None:
     line = "rank 3: Xid 79 \udcff GPU has fallen off the bus"  # a surrogate escape from undecodable bytes
     assert loki.line_hash(line) == hashlib.sha256(line.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    assert podlogs.line_hash("pod-0", "main", line) == hashlib.sha256(
+    assert podlog_parts.line_hash("pod-0", "main", line) == hashlib.sha256(
         f"pod-0\0main\0{line}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
     lone = "json \ud800 surrogate"  # JSON may decode to a lone surrogate: only "replace" encodes it
     assert victorialogs.row_hash("s1", lone) == hashlib.sha256(
