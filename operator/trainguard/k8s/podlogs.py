@@ -23,7 +23,7 @@ exactly that timestamp were handed out, ``fingerprint`` the hashes (pod, contain
 four of them, ``lineno`` the line count. A restarted engine follows every pod again from the second
 of ``offset`` and skips lines before it and the hashed lines at it. A line belongs to the attempt
 running at its timestamp: from the attempt's start (``attempt_start``/``place_at_start``) on; once a
-new attempt is seen, what the pods followed until then still deliver from before is the old one's.
+new attempt is seen, what its ended pods still deliver from before is the old one's (``attempt_replaced``).
 
 What a restart of ours cannot replay: a line of one pod that reached us later than a newer line of
 another pod was handed out AND after the position was saved (the streams are independent, so their
@@ -414,17 +414,22 @@ class PodLogBook(StoreBook):
         for item in items:
             if item.ns > retired.get(item.uid, item.ns) or self._read_before(s, item.ns, item.digest):
                 continue  # printed, or ended, after our suspend took its pod away: our restart's doing
-            if item.ns < self._replaced.get(item.uid, 0):
-                continue  # the old attempt's, arriving after the new one was seen (attempt_replaced)
+            if item.ns < self._replaced.get(item.uid, 0) and not self._runs(item.uid):
+                continue  # an ended pod of the old attempt, heard after the new one was seen (attempt_replaced)
             self._line(s, out, item.text, node=item.node, rank=item.rank, key=(item.ns, item.digest), now=now)
         return [(f, out[id(f)]) for f in self.files]
 
     def attempt_replaced(self, at: float) -> None:
-        """What the pods seen so far still deliver from before ``at`` is the old attempt's: a PyTorchJob's
-        failed Worker is re-created under its name while the job stays Running, and the old pod's ending
-        ("killed") could arrive after the listing showed the new attempt and stop the healthy re-run."""
+        """What the pods seen so far and no longer running still deliver from before ``at`` is the old
+        attempt's: a PyTorchJob's failed Worker is re-created under its name while the job stays Running,
+        and the old pod's ending ("killed") could arrive after the listing showed the new attempt and stop
+        the healthy re-run. Running pods (survivors, or the re-created one seen early) keep every line."""
         for uid in self._uids:
             self._replaced[uid] = max(self._replaced.get(uid, 0), int(at * pods.NS))
+
+    def _runs(self, uid: str) -> bool:
+        view = self._views.get(uid)
+        return view is not None and not view.finished and any(view.running.values())
 
     async def observe_ends(self) -> None:
         """No attempt runs: nothing is read (lines wait in the buffer until the attempt's start places them)."""

@@ -104,33 +104,33 @@ async def test_a_pod_our_suspend_took_away_is_heard_until_then_and_not_after(
     assert [t for t, _, _ in await _texts(book)] == ["NVRM: Xid 79", "at the suspend", "iteration 1"]
 
 
-async def test_what_the_old_pods_deliver_from_before_a_new_attempt_was_seen_is_not_the_new_attempts(
+async def test_what_an_ended_pod_delivers_from_before_a_new_attempt_was_seen_is_not_the_new_attempts(
         api: kubernetes_asyncio.client.ApiClient) -> None:
     """A PyTorchJob's failed Worker is re-created under its name while the job stays Running: the
     listing shows the new attempt, and only then does the old pod's ending ("killed") arrive. It is
-    the old attempt's (judged already), not a failure of the re-run; a surviving pod's later lines and
-    every line of the re-created pod are the new attempt's."""
+    the old attempt's (judged already), not a failure of the re-run. Running pods keep every line: a
+    survivor's, and the re-created pod's even when our pod watch saw it before the listing did."""
     book = _book(api)
     master, fmaster = _pod(book, "ptj-master-0", "kwok-node-1", 0)
     old, _ = _pod(book, "ptj-worker-1", "kwok-node-2", 2)
-    for uid in (master, old):
-        book._uids.add(uid)  # seen by the pod watch (``_note``)
+    new = "uid-ptj-worker-1-b"  # re-created under its name, on another node
+    book._views[new] = pods.PodView(uid=new, name="ptj-worker-1", node="kwok-node-3", rank=2, containers=["trainer"])
+    fnew = podlog_parts.Follow("ptj-worker-1", "trainer", uid=new)
+    for uid in (master, new):
+        book._views[uid].running = {"trainer": True}
+    book._uids.update((master, old, new))  # all seen by the pod watch (``_note``)
     await book._read_stream(master, fmaster, _stream(_line(T0 + 1 * pods.NS, "iteration 1")))
     assert [t for t, _, _ in await _texts(book)] == ["iteration 1"]
     book.attempt_replaced((T0 + 10 * pods.NS) / pods.NS)  # the listing shows attempt 1
+    book._views[old].finished = True
     book._note_endings({"metadata": {"name": "ptj-worker-1", "uid": old}, "spec": {"nodeName": "kwok-node-2"},
                         "status": {"containerStatuses": [{"name": "trainer", "state": {"terminated": {
                             "exitCode": 137, "reason": "Error",
                             "finishedAt": pods.format_time(T0 + 9 * pods.NS)}}}]}}, book._views[old])
-    new_uid = "uid-ptj-worker-1-b"  # re-created under its name, followed under the same name
-    book._views[new_uid] = pods.PodView(uid=new_uid, name="ptj-worker-1", node="kwok-node-3", rank=2,
-                                        containers=["trainer"])
-    book._uids.add(new_uid)
-    fnew = podlog_parts.Follow("ptj-worker-1", "trainer", uid=new_uid)
-    await book._read_stream(new_uid, fnew, _stream(_line(T0 + 9 * pods.NS + 5, "worker starting")))
-    await book._read_stream(master, fmaster, _stream(_line(T0 + 9 * pods.NS, "late, before the new attempt"),
+    await book._read_stream(new, fnew, _stream(_line(T0 + 9 * pods.NS + 5, "worker starting")))
+    await book._read_stream(master, fmaster, _stream(_line(T0 + 9 * pods.NS, "a survivor's late line"),
                                                      _line(T0 + 12 * pods.NS, "iteration 2")))
-    assert [t for t, _, _ in await _texts(book)] == ["worker starting", "iteration 2"]
+    assert [t for t, _, _ in await _texts(book)] == ["a survivor's late line", "worker starting", "iteration 2"]
 
 
 async def test_a_reconnect_reads_the_same_second_again_without_duplicates(
