@@ -22,6 +22,7 @@ and every anomaly it records (``replica-K.jsonl`` in the run's folder). It print
 - ``handover_s``: the kill -> every shard held by a live replica again; ``lease_duration_s``;
   ``after_kill``: the crashes of the killed replica's shards written after the kill, and their
   latency (it includes the hand-over: the lease must expire before anyone may take the shard);
+- ``slowest``: the five slowest crashes (shard, when written, latency, which replica recorded it);
 - ``overlap`` (workloads tracked by two live replicas at the end) and ``untracked`` (by none);
 - ``per_replica``: each one's shards at the end, workloads tracked, CPU cores (its CPU seconds per
   wall second), peak RSS; ``goals`` and ``missed_goals``.
@@ -109,7 +110,7 @@ async def replica(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(engine.run(stop))
     cpu0 = scale._cpu_s()
-    end = started + args.minutes * 60.0 + 5.0
+    end = args.end  # the same moment in every replica: their last reports compare one instant
     while time.time() < end and not task.done():
         await asyncio.sleep(REPORT_S)
         emit({"t": time.time(), "held": sorted(ownership.leases.held()),
@@ -194,8 +195,9 @@ def controller(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     (folder / "crashes.json").write_text(json.dumps(crashes))
     (folder / "writer.jsonl").touch()
     t0 = time.time()
+    end = t0 + seconds + 10.0  # the last crash's window; the replicas' starts may lag (imports)
     procs = [subprocess.Popen([sys.executable, __file__, "--replica", str(k), "--folder", str(folder), "--url", url,
-                               "--shards", str(args.shards), "--minutes", str(args.minutes)])
+                               "--shards", str(args.shards), "--end", str(end)])
              for k in range(args.replicas)]
     writer = subprocess.Popen([sys.executable, str(Path(scale.__file__)), "--writer", str(folder),
                                "--workloads", str(args.workloads), "--minutes", str(args.minutes)])
@@ -267,6 +269,8 @@ def summarize(args: argparse.Namespace, jobs: list[dict[str, Any]], reports: lis
 
     normal = [min(t for _, t in seen[w]) - at for w, at in written_at.items() if w in seen and not orphaned(w)]
     after = [min(t for _, t in seen[w]) - at for w, at in written_at.items() if w in seen and orphaned(w)]
+    latency = {w: min(t for _, t in seen[w]) - at for w, at in written_at.items() if w in seen}
+    slowest = sorted(((lat, w) for w, lat in latency.items()), reverse=True)[:5]
     doubled = sorted(w for w in written_at if len({k for k, _ in seen.get(w, [])}) > 1 or rows.get(w, 0) > 1)
     finals = {k: set(item["final"]) for k, report in enumerate(reports) for item in report if "final" in item}
     live_finals = [s for k, s in finals.items() if k != 0 or killed_at is None]
@@ -289,6 +293,8 @@ def summarize(args: argparse.Namespace, jobs: list[dict[str, Any]], reports: lis
         "detect_max_s": round(max(normal), 3) if normal else None,
         "detect_missed": sum(1 for w in written_at if w not in seen and rows.get(w, 0) == 0),
         "detect_doubled": len(doubled), "doubled": doubled[:10],
+        "slowest": [{"workload": w, "shard": shard_of[w], "written_at_s": round(written_at[w] - t0, 2),
+                     "latency_s": round(lat, 3), "recorded_by": sorted({k for k, _ in seen[w]})} for lat, w in slowest],
         "killed_at_s": round(killed_at - t0, 2) if killed_at is not None else None,
         "killed_shards": sorted(killed_shards),
         "handover_s": round(handover, 2) if handover is not None else None,
@@ -339,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replica", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--end", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.shards = args.shards or args.replicas
     if args.replica is not None:
