@@ -10,6 +10,8 @@ history is retired under another id).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trainguard.engine import runtime
 from trainguard.model import vocab, workloads
 from trainguard.policy import ledger
@@ -39,11 +41,13 @@ class Restore:
                        job.workload, job.incarnation, retired)
         return True
 
-    async def history(self, rt: runtime.WorkloadRuntime) -> None:
+    async def history(self, rt: runtime.WorkloadRuntime,
+                      facts: Sequence[audit.AttemptHistory] | None = None) -> None:
         """A workload an earlier run of ours tracked: its policy history and which of its attempts
-        were already advised on, from the store, so that a restart resumes where it stopped
-        instead of granting fresh retry budgets or advising an attempt a second time."""
-        facts = await self.store.attempt_facts(rt.workload)
+        were already advised on, from the store (or ``facts`` read for many at once), so that a restart
+        resumes where it stopped instead of granting fresh retry budgets or advising an attempt twice."""
+        if facts is None:
+            facts = await self.store.attempt_facts(rt.workload)
         if not facts:
             return
         records: list[ledger.AttemptRecord] = []

@@ -143,8 +143,13 @@ class Tracking:
             if (following is not None and len(chunk) < TRACK_BATCH
                     and following.workload not in {j.workload for j in chunk}):
                 continue
-            results = await asyncio.gather(*(self.track(j, known=j.workload in known) for j in chunk),
-                                           return_exceptions=True)
+            # What the store knows of the chunk's known workloads, read once for all of them
+            # (history and read positions: four queries per 500, not four per workload).
+            ours = [j.workload for j in chunk if j.workload in known]
+            facts = await self.store.attempt_facts_many(ours) if ours else {}
+            tails = await self.store.tail_positions_many(ours) if ours else {}
+            results = await asyncio.gather(*(self.track(j, known=j.workload in known, stored=audit.Stored(
+                facts.get(j.workload, []), tails.get(j.workload, []))) for j in chunk), return_exceptions=True)
             for j, result in zip(chunk, results, strict=True):
                 rt = self.runtimes.pop(j.workload, None)
                 if isinstance(result, BaseException):
@@ -158,9 +163,12 @@ class Tracking:
         if failed is not None:
             raise failed
 
-    async def track(self, job: workloads.JobSnapshot, *, known: bool = True) -> None:
+    async def track(
+        self, job: workloads.JobSnapshot, *, known: bool = True, stored: audit.Stored | None = None,
+    ) -> None:
         """Start tracking ``job``. ``known=False``: the store had no row for it (``track_all``), so
-        there is no history or read position to read back."""
+        there is no history or read position to read back; ``stored``: its history and positions, read
+        for many workloads at once (else read here)."""
         now = self.clock.now()
         opt_in = overrides.parse_opt_in(job.comment)
         if opt_in is None:  # discovery lists only opted-in jobs; never touch anything else
@@ -187,7 +195,7 @@ class Tracking:
             opt_in_errors=errors, route=route,
         )
         if known:
-            await self.restore.history(rt)
+            await self.restore.history(rt, None if stored is None else stored.facts)
             rt.job = job = await self.restore.floor_attempt(job, rt.history)
         elif spec is not None and self.unwatched(job):
             rt.unwatched = job.attempt
@@ -196,7 +204,8 @@ class Tracking:
         logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s: %s)", job.workload, job.job_id, job.attempt,
                     job.state.value, name or "-", f", mode {spec.mode.value}" if spec else ", NOT COVERED",
                     route.reason)
-        resume_from = await self.store.tail_positions(job.workload) if known else []
+        resume_from = ([] if not known else list(stored.tails) if stored is not None
+                       else await self.store.tail_positions(job.workload))
         with self.store.grouped():
             await self.placement.open(rt, resume_from=resume_from)
         await self.update(rt, job, first=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -212,3 +213,12 @@ class LeaseRecord:
     holder: str
     term: int
     renewed_at: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """What the store holds of one known workload when it is tracked: its attempts (with verdicts and
+    advice) and its read positions, read for many workloads at once (``Tracking.track_all``)."""
+
+    facts: Sequence[AttemptHistory]
+    tails: Sequence[TailRecord]

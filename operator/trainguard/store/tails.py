@@ -34,12 +34,22 @@ class TailStore(sessions.StoreBase):
 
     async def tail_positions(self, workload: str) -> list[TailRecord]:
         """Every saved read position of a workload, oldest attempt first."""
-        query = (sa.select(tables.TailPositionRow).where(tables.TailPositionRow.workload == workload)
-                 .order_by(tables.TailPositionRow.attempt, tables.TailPositionRow.id))
+        return (await self.tail_positions_many([workload])).get(workload, [])
+
+    async def tail_positions_many(self, workloads: Sequence[str]) -> dict[str, list[TailRecord]]:
+        """``tail_positions`` of many workloads, one query per 500."""
+        names = list(dict.fromkeys(workloads))
+        out: dict[str, list[TailRecord]] = {}
         async with self._sessions() as session:
-            return [TailRecord(workload=r.workload, attempt=r.attempt, path=r.path, source=r.source, inode=r.inode,
-                               offset=r.byte_offset, lineno=r.lineno, fingerprint=r.fingerprint, basis=r.basis)
-                    for r in (await session.execute(query)).scalars().all()]
+            for start in range(0, len(names), 500):
+                query = (sa.select(tables.TailPositionRow)
+                         .where(tables.TailPositionRow.workload.in_(names[start:start + 500]))
+                         .order_by(tables.TailPositionRow.attempt, tables.TailPositionRow.id))
+                for r in (await session.execute(query)).scalars().all():
+                    out.setdefault(r.workload, []).append(TailRecord(
+                        workload=r.workload, attempt=r.attempt, path=r.path, source=r.source, inode=r.inode,
+                        offset=r.byte_offset, lineno=r.lineno, fingerprint=r.fingerprint, basis=r.basis))
+        return out
 
 
 async def save_tail(session: AsyncSession, records: Sequence[TailRecord], at: float) -> None:

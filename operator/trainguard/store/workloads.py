@@ -158,33 +158,54 @@ class WorkloadStore(sessions.StoreBase):
 
     async def attempt_facts(self, workload: str) -> list[records.AttemptHistory]:
         """Every recorded attempt of ``workload`` with its latest verdict and its advice, oldest first."""
+        return (await self.attempt_facts_many([workload])).get(workload, [])
+
+    async def attempt_facts_many(self, workloads: Sequence[str]) -> dict[str, list[records.AttemptHistory]]:
+        """``attempt_facts`` of many workloads in three queries per 500 (not three per workload): a
+        replica taking a shard over, or a restart, tracks thousands of known workloads at once."""
+        names = list(dict.fromkeys(workloads))
+        rows: list[tables.Attempt] = []
+        verdicts: list[tables.VerdictRow] = []
+        advice: list[tables.AdviceRow] = []
         async with self._sessions() as session:
-            rows = (await session.execute(sa.select(tables.Attempt).where(tables.Attempt.workload == workload)
-                                          .order_by(tables.Attempt.attempt))).scalars().all()
-            verdicts_q = (sa.select(tables.VerdictRow).where(tables.VerdictRow.workload == workload)
-                          .order_by(tables.VerdictRow.id))
-            latest = {v.attempt: v for v in (await session.execute(verdicts_q)).scalars().all()}
-            advice_q = (sa.select(tables.AdviceRow).where(tables.AdviceRow.workload == workload)
-                        .order_by(tables.AdviceRow.attempt, tables.AdviceRow.generation))
-            given: dict[int, list[tuple[int, str, list[str]]]] = {}
-            for a in (await session.execute(advice_q)).scalars().all():
-                exclusions = [str(n) for n in (a.payload or {}).get("exclude_nodes") or []]
-                given.setdefault(a.attempt, []).append((a.generation, a.action, exclusions))
-        numbers = sorted({r.attempt for r in rows} | set(latest) | set(given))
-        by_number = {r.attempt: r for r in rows}
-        facts = []
-        for number in numbers:
-            row, verdict = by_number.get(number), latest.get(number)
-            facts.append(records.AttemptHistory(
-                attempt=number,
-                started_at=times.to_epoch(row.started_at) if row is not None and row.started_at is not None else None,
-                ended_at=times.to_epoch(row.ended_at) if row is not None and row.ended_at is not None else None,
-                checkpoint_saved=bool(row.checkpoint_saved) if row is not None else False,
-                category=verdict.category if verdict is not None else None,
-                attribution=verdict.attribution if verdict is not None else None,
-                advice=given.get(number, []),
-            ))
-        return facts
+            for start in range(0, len(names), 500):
+                chunk = names[start:start + 500]
+                rows.extend((await session.execute(sa.select(tables.Attempt).where(
+                    tables.Attempt.workload.in_(chunk)).order_by(tables.Attempt.attempt))).scalars().all())
+                verdicts.extend((await session.execute(sa.select(tables.VerdictRow).where(
+                    tables.VerdictRow.workload.in_(chunk)).order_by(tables.VerdictRow.id))).scalars().all())
+                advice.extend((await session.execute(sa.select(tables.AdviceRow).where(
+                    tables.AdviceRow.workload.in_(chunk)).order_by(
+                    tables.AdviceRow.attempt, tables.AdviceRow.generation))).scalars().all())
+        by_workload: dict[str, dict[int, tables.Attempt]] = {}
+        for r in rows:
+            by_workload.setdefault(r.workload, {})[r.attempt] = r
+        latest: dict[str, dict[int, tables.VerdictRow]] = {}
+        for v in verdicts:  # by id: the latest verdict of an attempt wins
+            latest.setdefault(v.workload, {})[v.attempt] = v
+        given: dict[str, dict[int, list[tuple[int, str, list[str]]]]] = {}
+        for a in advice:
+            exclusions = [str(n) for n in (a.payload or {}).get("exclude_nodes") or []]
+            given.setdefault(a.workload, {}).setdefault(a.attempt, []).append((a.generation, a.action, exclusions))
+        out: dict[str, list[records.AttemptHistory]] = {}
+        for workload in names:
+            mine, theirs, advised = by_workload.get(workload, {}), latest.get(workload, {}), given.get(workload, {})
+            facts = []
+            for number in sorted(set(mine) | set(theirs) | set(advised)):
+                row, verdict = mine.get(number), theirs.get(number)
+                facts.append(records.AttemptHistory(
+                    attempt=number,
+                    started_at=times.to_epoch(row.started_at) if row is not None and row.started_at is not None
+                    else None,
+                    ended_at=times.to_epoch(row.ended_at) if row is not None and row.ended_at is not None else None,
+                    checkpoint_saved=bool(row.checkpoint_saved) if row is not None else False,
+                    category=verdict.category if verdict is not None else None,
+                    attribution=verdict.attribution if verdict is not None else None,
+                    advice=advised.get(number, []),
+                ))
+            if facts:
+                out[workload] = facts
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

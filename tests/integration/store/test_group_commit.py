@@ -154,3 +154,40 @@ async def test_grouped_tracking_writes_are_written_in_bulk_with_the_same_rows(db
         assert abs(audit.to_epoch(checkpoint.replace(tzinfo=checkpoint.tzinfo or datetime.UTC)) - (T0 + 50)) < 1e-3
     finally:
         await store.close()
+
+
+async def test_history_and_positions_of_many_workloads_are_read_in_a_few_queries(db_url: str) -> None:
+    """A replica taking a shard over (or a restart) tracks thousands of known workloads at once; their
+    attempts and read positions are read a few queries per 500 workloads (issue 28: four queries per
+    workload made a take-over of 1,000 workloads hold the replica ~20 s), and each workload gets
+    exactly what it gets read alone."""
+    store = await database.open_store(db_url)
+    try:
+        names = [f"slurm/t/{i}" for i in range(600)]
+        for i, name in enumerate(names[:-1]):  # the last one has no attempt and no position
+            await store.record_attempt(workload=name, attempt=0, at=T0, started_at=T0, ended_at=T0 + 5)
+            if i % 3 == 0:
+                await store.record_attempt(workload=name, attempt=1, at=T0 + 6, started_at=T0 + 6,
+                                           checkpoint_saved=True)
+        await store.save_tail_positions([audit.TailRecord(
+            workload=name, attempt=i % 2, path=f"/o/{i}.out", source="stdout", inode=1, offset=10 * i, lineno=i,
+            fingerprint="") for i, name in enumerate(names[:-1])], at=T0)
+        statements = [0]
+
+        def on_statement(*_args: object) -> None:
+            statements[0] += 1
+
+        sa.event.listen(store.sql_engine.sync_engine, "before_cursor_execute", on_statement)
+        facts = await store.attempt_facts_many(names)
+        tails = await store.tail_positions_many(names)
+        assert statements[0] <= 8, statements  # 3 + 1 queries per 500 workloads
+        sa.event.remove(store.sql_engine.sync_engine, "before_cursor_execute", on_statement)
+        assert names[-1] not in facts and names[-1] not in tails
+        for name in (names[0], names[1], names[299], names[598]):
+            assert facts[name] == await store.attempt_facts(name)
+            assert tails[name] == await store.tail_positions(name)
+        assert [f.attempt for f in facts[names[3]]] == [0, 1] and facts[names[3]][1].checkpoint_saved
+        assert [f.attempt for f in facts[names[4]]] == [0]
+        assert [(t.attempt, t.offset) for t in tails[names[5]]] == [(1, 50)]
+    finally:
+        await store.close()
