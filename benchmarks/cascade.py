@@ -454,11 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         missed += missed_goals(name, figures, goals)
     result["db"] = args.db if "://" not in args.db else database.safe_url(args.db)
     result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-    result["missed_goals"] = missed
-    print(json.dumps(result, indent=2))
-    for line in missed:
-        print(f"cascade: goal missed: {line}", file=sys.stderr)
-    return 1 if missed else 0
+    return scale.report("cascade", result, missed)
 
 
 if __name__ == "__main__":

@@ -383,6 +383,16 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     }
 
 
+def report(name: str, result: dict[str, Any], missed: list[str]) -> int:
+    """Print ``result`` (with its missed goals) as the benchmark's one JSON object, each missed goal on
+    stderr; the exit code: 1 when one is missed, else 0."""
+    result["missed_goals"] = missed
+    print(json.dumps(result, indent=2))
+    for line in missed:
+        print(f"{name}: goal missed: {line}", file=sys.stderr)
+    return 1 if missed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", type=int, default=1000)
@@ -405,13 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         except (database.StoreError, OSError) as exc:
             print(f"scale: {exc}", file=sys.stderr)
             return 2
-    missed = missed_goals(result)
     result["goals"] = GOALS
-    result["missed_goals"] = missed
-    print(json.dumps(result, indent=2))
-    for line in missed:
-        print(f"scale: goal missed: {line}", file=sys.stderr)
-    return 1 if missed else 0
+    return report("scale", result, missed_goals(result))
 
 
 if __name__ == "__main__":

@@ -359,13 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         except (database.StoreError, OSError) as exc:
             print(f"shards: {exc}", file=sys.stderr)
             return 2
-    missed = missed_goals(result)
     result["goals"] = GOALS
-    result["missed_goals"] = missed
-    print(json.dumps(result, indent=2))
-    for line in missed:
-        print(f"shards: goal missed: {line}", file=sys.stderr)
-    return 1 if missed else 0
+    return scale.report("shards", result, missed_goals(result))
 
 
 if __name__ == "__main__":
