@@ -158,6 +158,7 @@ def profile_summary(raw: Path) -> dict[str, Any]:
     """py-spy's raw output (``frame;frame;... count``, outermost first) summed by the asyncio task's outermost
     package (the frame after the event loop's ``Handle._run``), by kopf anywhere in the stack, and by own time."""
     origins: collections.Counter[str] = collections.Counter()
+    modules: collections.Counter[str] = collections.Counter()
     leaves: collections.Counter[str] = collections.Counter()
     total = kopf = 0
     for line in raw.read_text().splitlines():
@@ -167,30 +168,54 @@ def profile_summary(raw: Path) -> dict[str, Any]:
         count = int(count_text)
         frames = stack.split(";")
         total += count
-        if any("/kopf/" in f for f in frames):
+        if any("kopf/" in f for f in frames):
             kopf += count
         start = max((i for i, f in enumerate(frames) if "asyncio/events.py" in f), default=-1) + 1
         origin = next((f for f in frames[start:]), frames[-1])
         origins[_package(origin)] += count
         leaves[frames[-1].strip()] += count
+        modules[_package(frames[-1])] += count
     if not total:
         return {"samples": 0}
     return {"samples": total,
             "by_task_origin": {k: round(v / total, 3) for k, v in origins.most_common(12)},
             "kopf_share": round(kopf / total, 3),
+            "own_by_package": {k: round(v / total, 3) for k, v in modules.most_common(12)},
             "top_own": {k[:140]: round(v / total, 3) for k, v in leaves.most_common(12)}}
 
 
 def _package(frame: str) -> str:
-    where = frame[frame.rfind("(") + 1:].rstrip(")")
-    for marker in ("/trainguard/", "/site-packages/", "/lib/python3"):
-        if marker in where:
-            rest = where.split(marker, 1)[1]
-            parts = rest.split("/")
-            if marker == "/trainguard/":
-                return "trainguard." + "/".join(parts[:2]).split(":")[0]
-            return parts[0].split(":")[0].removesuffix(".py")
-    return where.split(":")[0].rsplit("/", 1)[-1]
+    """``trainguard/<package>[/<module>]`` or the top package of a frame ``func (path:line)`` (py-spy shortens
+    paths to the importable part: ``kopf/_core/...``, ``trainguard/k8s/podlogs.py``)."""
+    where = frame[frame.rfind("(") + 1:].rstrip(")").rsplit(":", 1)[0]
+    if "/site-packages/" in where:
+        where = where.split("/site-packages/", 1)[1]
+    elif "/lib/python3." in where:
+        where = where.split("/lib/python3.", 1)[1].split("/", 1)[-1]
+    parts = where.split("/")
+    if parts[0] == "trainguard" and len(parts) > 2:
+        return "/".join(parts[:3] if parts[1] == "k8s" and len(parts) > 3 else parts[:2]).removesuffix(".py")
+    return parts[0].removesuffix(".py")
+
+
+def connections(port: int) -> int:
+    """ESTABLISHED TCP connections of this process to ``port`` (the apiserver) from /proc."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "01" and int(cols[2].rsplit(":", 1)[1], 16) == port and cols[9] in inodes:
+                    found += 1
+    return found
 
 
 def pct(values: list[float], q: float) -> float:
@@ -322,10 +347,15 @@ async def bench(args: argparse.Namespace, sim: SimCluster, workdir: Path) -> dic
         t_steady = time.monotonic()
         await asyncio.sleep(args.steady_s)
         t_steady_end = time.monotonic()
+        api_port = int(sim.kube.server.rsplit(":", 1)[1])
+        podlog_tasks = [t for t in asyncio.all_tasks() if t.get_name().startswith("podlog:") and not t.done()]
+        out["streams"] = {"apiserver_connections": connections(api_port), "podlog_follow_tasks": len(podlog_tasks)}
         requests2 = await asyncio.to_thread(wr_requests, sim)
         if spy is not None:
             _, err = await spy.communicate()
             out["profile"] = profile_summary(profile) if profile.exists() else {"error": err.decode()[-300:]}
+            if profile.exists() and args.profile_out:
+                shutil.copy(profile, args.profile_out)
         half = [s for s in samples if t_steady + args.steady_s / 2 <= s[0] <= t_steady_end]
         if len(half) >= 2:
             out["cpu_cores"] = round((half[-1][1] - half[0][1]) / (half[-1][0] - half[0][0]), 3)
@@ -476,6 +506,7 @@ def main() -> int:
     parser.add_argument("--cluster-timeout", type=float, default=1500.0)
     parser.add_argument("--db", help="audit store URL (default: SQLite in a temporary folder)")
     parser.add_argument("--py-spy", help="py-spy binary: profile this process over the steady window")
+    parser.add_argument("--profile-out", help="keep py-spy's raw profile here")
     parser.add_argument("--seed", type=int, default=28)
     args = parser.parse_args()
     return asyncio.run(main_async(args))
