@@ -399,9 +399,10 @@ async def bench(args: argparse.Namespace, sim: SimCluster, workdir: Path) -> dic
         t_drain = time.monotonic()
         try:
             await until("the coalescer drained", lambda: shell.reporting.records.empty()
-                        and not shell.recoveries.coalescer.pending(), 180, 0.5)
+                        and not shell.recoveries.coalescer.pending(), args.drain_timeout, 0.5)
             await asyncio.sleep(config.status_interval_s * 2)  # a reconcile round marks what still differs
-            await until("the coalescer drained", lambda: not shell.recoveries.coalescer.pending(), 180, 0.5)
+            await until("the coalescer drained", lambda: not shell.recoveries.coalescer.pending(),
+                        args.drain_timeout, 0.5)
         except TimeoutError:
             out["drain_timeout"] = True
         out["drain_s"] = round(time.monotonic() - t_drain, 1)
@@ -503,6 +504,7 @@ def main() -> int:
     parser.add_argument("--steady-s", type=float, default=60.0)
     parser.add_argument("--track-timeout", type=float, default=600.0)
     parser.add_argument("--detect-timeout", type=float, default=60.0)
+    parser.add_argument("--drain-timeout", type=float, default=180.0)
     parser.add_argument("--cluster-timeout", type=float, default=1500.0)
     parser.add_argument("--db", help="audit store URL (default: SQLite in a temporary folder)")
     parser.add_argument("--py-spy", help="py-spy binary: profile this process over the steady window")
