@@ -62,7 +62,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.scale import code_commit  # noqa: E402
+from benchmarks import profiles, scale  # noqa: E402
 from kubernetes_asyncio import client as k8s  # noqa: E402
 
 from tests.support import services  # noqa: E402
@@ -94,16 +94,6 @@ class _Shell(operator.Shell):
     def __post_init__(self) -> None:
         super().__post_init__()
         SHELLS.append(self)
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-
-
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def node_manifest(name: str, pods: int) -> dict[str, Any]:
@@ -154,50 +144,6 @@ def writes_of(counts: dict[str, int]) -> int:
     return sum(v for k, v in counts.items() if k in ("POST", "PATCH", "PUT", "DELETE"))
 
 
-def profile_summary(raw: Path) -> dict[str, Any]:
-    """py-spy's raw output (``frame;frame;... count``, outermost first) summed by the asyncio task's outermost
-    package (the frame after the event loop's ``Handle._run``), by kopf anywhere in the stack, and by own time."""
-    origins: collections.Counter[str] = collections.Counter()
-    modules: collections.Counter[str] = collections.Counter()
-    leaves: collections.Counter[str] = collections.Counter()
-    total = kopf = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not count_text.isdigit():
-            continue
-        count = int(count_text)
-        frames = stack.split(";")
-        total += count
-        if any("kopf/" in f for f in frames):
-            kopf += count
-        start = max((i for i, f in enumerate(frames) if "asyncio/events.py" in f), default=-1) + 1
-        origin = next((f for f in frames[start:]), frames[-1])
-        origins[_package(origin)] += count
-        leaves[frames[-1].strip()] += count
-        modules[_package(frames[-1])] += count
-    if not total:
-        return {"samples": 0}
-    return {"samples": total,
-            "by_task_origin": {k: round(v / total, 3) for k, v in origins.most_common(12)},
-            "kopf_share": round(kopf / total, 3),
-            "own_by_package": {k: round(v / total, 3) for k, v in modules.most_common(12)},
-            "top_own": {k[:140]: round(v / total, 3) for k, v in leaves.most_common(12)}}
-
-
-def _package(frame: str) -> str:
-    """``trainguard/<package>[/<module>]`` or the top package of a frame ``func (path:line)`` (py-spy shortens
-    paths to the importable part: ``kopf/_core/...``, ``trainguard/k8s/podlogs.py``)."""
-    where = frame[frame.rfind("(") + 1:].rstrip(")").rsplit(":", 1)[0]
-    if "/site-packages/" in where:
-        where = where.split("/site-packages/", 1)[1]
-    elif "/lib/python3." in where:
-        where = where.split("/lib/python3.", 1)[1].split("/", 1)[-1]
-    parts = where.split("/")
-    if parts[0] == "trainguard" and len(parts) > 2:
-        return "/".join(parts[:3] if parts[1] == "k8s" and len(parts) > 3 else parts[:2]).removesuffix(".py")
-    return parts[0].removesuffix(".py")
-
-
 def connections(port: int) -> int:
     """ESTABLISHED TCP connections of this process to ``port`` (the apiserver) from /proc."""
     inodes = set()
@@ -235,7 +181,7 @@ async def until(what: str, probe: Any, limit_s: float, interval: float = 0.2) ->
 
 async def bench(args: argparse.Namespace, sim: SimCluster, workdir: Path) -> dict[str, Any]:
     n = args.jobsets
-    out: dict[str, Any] = {"jobsets": n, "code": code_commit(),
+    out: dict[str, Any] = {"jobsets": n, "code": scale.code_commit(),
                            "started": datetime.datetime.now(datetime.UTC).isoformat()}
     extra = math.ceil(n / args.pods_per_node)
     sim.kubectl("create", "-f", "-", input=as_list([node_manifest(BENCH_NODE.format(i), args.pods_per_node)
@@ -294,7 +240,7 @@ async def bench(args: argparse.Namespace, sim: SimCluster, workdir: Path) -> dic
     out["operator"] = {"db": database.safe_url(db_url), "status_interval_s": config.status_interval_s,
                        "started": "after all pods Running"}
     requests0 = await asyncio.to_thread(wr_requests, sim)
-    rss_before = _rss_mb()
+    rss_before = scale._rss_mb()
     samples: list[tuple[float, float, float, int]] = []  # (monotonic, cpu s, rss MB, status patches)
     stop = asyncio.Event()
     entry.Shell = _Shell  # type: ignore[attr-defined]  # remember the shell (its engine and status writer)
@@ -305,7 +251,8 @@ async def bench(args: argparse.Namespace, sim: SimCluster, workdir: Path) -> dic
     async def sampler() -> None:
         while sampling:
             shell = SHELLS[-1] if SHELLS else None
-            samples.append((time.monotonic(), _cpu_s(), _rss_mb(), shell.recoveries.stats.patches if shell else 0))
+            patches = shell.recoveries.stats.patches if shell else 0
+            samples.append((time.monotonic(), scale._cpu_s(), scale._rss_mb(), patches))
             await asyncio.sleep(1.0)
 
     sampler_task = asyncio.create_task(sampler())
@@ -353,7 +300,7 @@ async def bench(args: argparse.Namespace, sim: SimCluster, workdir: Path) -> dic
         requests2 = await asyncio.to_thread(wr_requests, sim)
         if spy is not None:
             _, err = await spy.communicate()
-            out["profile"] = profile_summary(profile) if profile.exists() else {"error": err.decode()[-300:]}
+            out["profile"] = profiles.profile_summary(profile) if profile.exists() else {"error": err.decode()[-300:]}
             if profile.exists() and args.profile_out:
                 shutil.copy(profile, args.profile_out)
         half = [s for s in samples if t_steady + args.steady_s / 2 <= s[0] <= t_steady_end]
