@@ -158,17 +158,24 @@ class KubeScheduler(node_checks.Validating):
         """The opted-in workloads in the watch cache (waits briefly for the first listing)."""
         await self.wait_synced(within_s=30.0)
         excluded = self._excluded()
+        node_list = list(self._cache.nodes().values())
         found: list[workloads.JobSnapshot] = []
         for kind_name, objects in self._cache.objects.items():
             kind = self._kinds[kind_name]
+            # The cached pods by (namespace, workload name), once per round: scanning every pod for every
+            # workload made a round cost workloads x pods (93% of the operator's CPU at 2,000 JobSets).
+            owned: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            for (ns, _), p in self._cache.pods[kind_name].items():
+                owner = common.labels(p).get(kind.pod_selector_key)
+                if owner is not None:
+                    owned.setdefault((ns, owner), []).append(p)
             for (namespace, name), obj in list(objects.items()):
                 if common.comment_of(obj) is None:
                     continue
-                pods = [p for (ns, _), p in self._cache.pods[kind_name].items()
-                        if ns == namespace and common.labels(p).get(kind.pod_selector_key) == name]
+                pods = owned.get((namespace, name), [])
                 wid = common.workload_id(namespace, kind.kind, name)
                 self._note_object(wid, obj)
-                fewest = common.min_nodes(pods, list(self._cache.nodes().values()))
+                fewest = common.min_nodes(pods, node_list)
                 found.append(common.snapshot(kind, obj, pods, excluded, self._failures.get(wid), fewest_nodes=fewest,
                                              replaced=self._replaced(wid)))
         return found
