@@ -153,14 +153,17 @@ def in_cluster() -> bool:
         "/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
-async def load_api_client(kubeconfig: str | None = None) -> ApiClient:
+async def load_api_client(kubeconfig: str | None = None, *, max_connections: int | None = None) -> ApiClient:
     """A client with the process's own credentials: the pod's ServiceAccount (in-cluster config) when
     running in a pod and no ``kubeconfig`` is named, else that kubeconfig (None: ``$KUBECONFIG``, then
     ``~/.kube/config``), resolved by kubernetes_asyncio as kubectl would (contexts, exec plugins, OIDC).
 
     In-cluster first because a pod's ServiceAccount is the identity the shipped RBAC grants; a
-    kubeconfig in a pod is an exception the caller states by passing it."""
+    kubeconfig in a pod is an exception the caller states by passing it. ``max_connections``: the
+    connection pool's size (the library's default is 100), for a client holding long-lived streams."""
     configuration = k8s.Configuration()
+    if max_connections is not None:
+        configuration.connection_pool_maxsize = max_connections
     if kubeconfig is None and in_cluster():
         load_incluster: Any = k8s_config.load_incluster_config  # untyped in the library
         load_incluster(client_configuration=configuration)

@@ -41,7 +41,8 @@ async def open_signals(api: kubernetes_asyncio.client.ApiClient | None = None, *
     (``ended``: the failed pods the scheduler saw; ``retired``: the pods our suspends took away; both read by
     the pod-log books, ``podlogs.PodLogSource``)."""
     owns = api is None
-    api_client = api if api is not None else await client.load_api_client(kubeconfig)
+    max_connections = (config or podlog_parts.Config()).max_connections
+    api_client = api if api is not None else await client.load_api_client(kubeconfig, max_connections=max_connections)
     log_books, _source = podlogs.books(api_client, config, ended=ended, retired=retired)
     return KubeSignals(api=api_client, log_books=log_books,
                        node_sources=[node_conditions.NodeConditions(api_client)], owns_api=owns)

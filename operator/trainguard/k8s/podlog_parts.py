@@ -24,6 +24,10 @@ class Config:
     retry_s: float = 0.5
     """First wait before a stream or the pod watch is opened again (doubling up to ``max_backoff_s``)."""
     max_backoff_s: float = 30.0
+    max_connections: int = 20_000
+    """Connections of the pod-log client to the apiserver at most. Each pod watch and each follow stream
+    holds one for as long as it runs: with the library's 100, streams beyond ~50 one-pod workloads
+    waited for a free one and timed out, and their crashes were never read (issue 28, goal 2)."""
     watch_timeout_s: int = 240
     """A pod watch is renewed after this long (the apiserver ends watches anyway)."""
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import kubernetes_asyncio.client
 import pytest
+import yaml
 
 from trainguard.k8s import kube_signals, podlog_parts, podlogs, pods
 from trainguard.model import clock
@@ -256,3 +258,23 @@ async def test_one_engine_routes_kubernetes_workloads_to_pod_logs_and_slurm_jobs
     assert [s.name for s in signals_.node_sources] == ["kubernetes-node-conditions"]
     await signals_.close()  # the operator's client stays open: it is not ours
     assert not api.rest_client.pool_manager.closed
+
+
+async def test_the_pod_log_client_holds_a_stream_per_pod_without_queueing_behind_100(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pod watch and follow stream holds a connection while it runs: on the library's default pool of
+    100, streams beyond ~50 one-pod workloads waited for one and timed out, and their crashes went unread
+    (benchmarks/operator_jobsets.py at 500 and 2,000 JobSets). The pod-log client's pool is the config's."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    signals_ = await kube_signals.open_signals(kubeconfig=str(kubeconfig))
+    try:
+        limit = signals_.api.rest_client.pool_manager.connector.limit
+        assert limit == podlog_parts.Config().max_connections >= 10_000
+    finally:
+        await signals_.close()
