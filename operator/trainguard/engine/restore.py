@@ -41,13 +41,11 @@ class Restore:
                        job.workload, job.incarnation, retired)
         return True
 
-    async def history(self, rt: runtime.WorkloadRuntime,
-                      facts: Sequence[audit.AttemptHistory] | None = None) -> None:
+    async def history(self, rt: runtime.WorkloadRuntime, facts: Sequence[audit.AttemptHistory]) -> None:
         """A workload an earlier run of ours tracked: its policy history and which of its attempts
-        were already advised on, from the store (or ``facts`` read for many at once), so that a restart
-        resumes where it stopped instead of granting fresh retry budgets or advising an attempt twice."""
-        if facts is None:
-            facts = await self.store.attempt_facts(rt.workload)
+        were already advised on (``facts``, read from the store for many workloads at once), so that a
+        restart resumes where it stopped instead of granting fresh retry budgets or advising an attempt
+        twice."""
         if not facts:
             return
         records: list[ledger.AttemptRecord] = []

@@ -163,12 +163,10 @@ class Tracking:
         if failed is not None:
             raise failed
 
-    async def track(
-        self, job: workloads.JobSnapshot, *, known: bool = True, stored: audit.Stored | None = None,
-    ) -> None:
+    async def track(self, job: workloads.JobSnapshot, *, known: bool, stored: audit.Stored) -> None:
         """Start tracking ``job``. ``known=False``: the store had no row for it (``track_all``), so
         there is no history or read position to read back; ``stored``: its history and positions, read
-        for many workloads at once (else read here)."""
+        by ``track_all`` for its whole chunk at once."""
         now = self.clock.now()
         opt_in = overrides.parse_opt_in(job.comment)
         if opt_in is None:  # discovery lists only opted-in jobs; never touch anything else
@@ -195,7 +193,7 @@ class Tracking:
             opt_in_errors=errors, route=route,
         )
         if known:
-            await self.restore.history(rt, None if stored is None else stored.facts)
+            await self.restore.history(rt, stored.facts)
             rt.job = job = await self.restore.floor_attempt(job, rt.history)
         elif spec is not None and self.unwatched(job):
             rt.unwatched = job.attempt
@@ -204,8 +202,7 @@ class Tracking:
         logger.info("tracking %s (job %s, attempt %d, %s, policy %s%s: %s)", job.workload, job.job_id, job.attempt,
                     job.state.value, name or "-", f", mode {spec.mode.value}" if spec else ", NOT COVERED",
                     route.reason)
-        resume_from = ([] if not known else list(stored.tails) if stored is not None
-                       else await self.store.tail_positions(job.workload))
+        resume_from = list(stored.tails) if known else []
         with self.store.grouped():
             await self.placement.open(rt, resume_from=resume_from)
         await self.update(rt, job, first=True)
